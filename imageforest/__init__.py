@@ -1,0 +1,26 @@
+"""imageforest: decision forests for medical and vision imaging.
+
+One engine (seeds/000, Criminisi, Shotton & Konukoglu's unified model) behind every estimator:
+``from imageforest import ClassificationForest, RegressionForest``.
+"""
+
+__version__ = "0.1.0"
+
+from imageforest.estimators.classification import ClassificationForest  # noqa: E402
+from imageforest.estimators.regression import RegressionForest  # noqa: E402
+from imageforest.exceptions import (  # noqa: E402
+    ImageForestError,
+    InvalidInputError,
+    ModelFormatError,
+    NotFittedError,
+)
+
+__all__ = [
+    "ClassificationForest",
+    "ImageForestError",
+    "InvalidInputError",
+    "ModelFormatError",
+    "NotFittedError",
+    "RegressionForest",
+    "__version__",
+]

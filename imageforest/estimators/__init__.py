@@ -1,0 +1,1 @@
+"""Estimators over the forest engine, with scikit-learn conventions."""

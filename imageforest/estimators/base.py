@@ -1,0 +1,265 @@
+"""What every forest estimator shares: hyper-parameters, growth, `apply`, importances and model files.
+
+scikit-learn conventions: hyper-parameters are stored as given in ``__init__``; learned state carries a trailing
+underscore; `get_params`/`set_params` read the ``__init__`` signature.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numba
+import numpy as np
+
+from imageforest import __version__
+from imageforest.exceptions import InvalidInputError, ModelFormatError, NotFittedError
+from imageforest.forest.objectives import Objective
+from imageforest.forest.serialization import load_model, save_model
+from imageforest.forest.storage import ForestArrays
+from imageforest.forest.trainer import GrownForest, GrowthSettings, grow_forest
+from imageforest.forest.weak_learners import KINDS, VectorFeatures
+from imageforest.validation import check_matrix, check_sample_weight
+
+
+@contextmanager
+def numba_threads(n_jobs: int | None):
+    """Run numba kernels on `n_jobs` threads (None or -1: all), restoring the previous count after."""
+    previous = numba.get_num_threads()
+    limit = numba.config.NUMBA_NUM_THREADS
+    wanted = limit if n_jobs is None or n_jobs < 0 else max(1, min(int(n_jobs), limit))
+    numba.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
+class BaseForest:
+    """Shared machinery; subclasses define ``__init__`` (hyper-parameters), `fit` and the leaf models."""
+
+    _task: ClassVar[str] = ""
+    _default_candidates: ClassVar[Any] = "sqrt"
+
+    # -- hyper-parameters ---------------------------------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyper-parameters as given to ``__init__``."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> BaseForest:
+        """Set hyper-parameters by name; unknown names raise ValueError."""
+        valid = set(self._param_names())
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        shown = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    def _settings(self, n_features: int) -> GrowthSettings:
+        """Validate hyper-parameters and turn them into trainer settings."""
+        def positive_int(name: str, value: Any, minimum: int = 1) -> int:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise InvalidInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            return int(value)
+
+        positive_int("n_trees", self.n_trees)
+        if self.max_depth is not None:
+            positive_int("max_depth", self.max_depth, 0)
+        if self.weak_learner not in KINDS:
+            raise InvalidInputError(f"weak_learner must be one of {sorted(KINDS)}, got {self.weak_learner!r}")
+        rho = self._resolve_candidates(n_features)
+        if self.n_thresholds is not None:
+            positive_int("n_thresholds", self.n_thresholds)
+        positive_int("min_samples_split", self.min_samples_split, 2)
+        positive_int("min_samples_leaf", self.min_samples_leaf)
+        if self.structure not in ("tree", "fern"):
+            raise InvalidInputError(f"structure must be 'tree' or 'fern', got {self.structure!r}")
+        if self.n_thresholds is None and (self.structure == "fern" or self.two_sided):
+            raise InvalidInputError("ferns and two-sided tests need n_thresholds (K random thresholds), not None")
+        if not (isinstance(self.min_gain, (int, float)) and self.min_gain >= 0):
+            raise InvalidInputError(f"min_gain must be a number >= 0, got {self.min_gain!r}")
+        return GrowthSettings(
+            n_trees=int(self.n_trees), max_depth=self.max_depth, n_candidates=rho,
+            n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),
+            min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain),
+            bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
+            two_sided=bool(self.two_sided))
+
+    def _resolve_candidates(self, n_features: int) -> int:
+        """rho, the number of candidate weak-learner parameter rows tried per node."""
+        value = self.n_candidates
+        if isinstance(value, str):
+            table = {"sqrt": math.sqrt(n_features), "log2": math.log2(max(n_features, 1)), "all": n_features}
+            if value not in table:
+                raise InvalidInputError(f"n_candidates must be an int, a fraction, 'sqrt', 'log2' or 'all', "
+                                        f"got {value!r}")
+            return max(1, round(table[value]))
+        if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+            if not 0.0 < value <= 1.0:
+                raise InvalidInputError(f"a fractional n_candidates must lie in (0, 1], got {value}")
+            return max(1, round(value * n_features))
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1:
+            return int(value)
+        raise InvalidInputError(f"n_candidates must be a positive int, a fraction, 'sqrt' or 'log2', got {value!r}")
+
+    def _max_samples(self, n_samples: int) -> int | None:
+        value = self.max_samples
+        if value is None:
+            return None
+        if isinstance(value, (float, np.floating)):
+            if not 0.0 < value <= 1.0:
+                raise InvalidInputError(f"a fractional max_samples must lie in (0, 1], got {value}")
+            return max(1, round(value * n_samples))
+        if isinstance(value, (int, np.integer)) and 1 <= value:
+            if not self.bootstrap and value > n_samples:
+                raise InvalidInputError(f"max_samples={value} exceeds the {n_samples} samples (without bootstrap)")
+            return int(value)
+        raise InvalidInputError(f"max_samples must be a positive int or a fraction, got {value!r}")
+
+    # -- growth -------------------------------------------------------------------------------------------
+    def _grow(self, X: np.ndarray, objective: Objective, sample_weight: np.ndarray) -> GrownForest:
+        settings = self._settings(X.shape[1])
+        settings.max_samples = self._max_samples(X.shape[0])
+        family = VectorFeatures.for_data(self.weak_learner, X)
+        rng = np.random.default_rng(self.random_state)
+        with numba_threads(self.n_jobs):
+            grown = grow_forest(family, X, X.shape[0], objective, sample_weight, settings, rng)
+        self.family_ = family
+        self.forest_ = grown.forest
+        self.n_features_in_ = X.shape[1]
+        return grown
+
+    def _prepare_fit(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray]:
+        X = check_matrix(X)
+        return X, check_sample_weight(sample_weight, X.shape[0])
+
+    # -- the one primitive --------------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "forest_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit (or load) first")
+
+    def _checked_input(self, X) -> np.ndarray:
+        self._check_fitted()
+        return check_matrix(X, n_features=self.n_features_in_)
+
+    def _apply_checked(self, X: np.ndarray) -> np.ndarray:
+        with numba_threads(self.n_jobs):
+            return self.family_.apply(X, self.forest_)
+
+    def apply(self, X) -> np.ndarray:
+        """Forest-wide leaf id reached by each sample in each tree.
+
+        Parameters
+        ----------
+        X : (n_samples, n_features) array
+
+        Returns
+        -------
+        (n_samples, n_trees) int32; ids index the leaf-model arrays (``leaf_tree_`` gives each leaf's tree).
+        """
+        return self._apply_checked(self._checked_input(X))
+
+    @property
+    def n_trees_(self) -> int:
+        self._check_fitted()
+        return self.forest_.n_trees
+
+    @property
+    def leaf_tree_(self) -> np.ndarray:
+        self._check_fitted()
+        return self.forest_.leaf_tree
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Gain-based importances: each split's information gain times the share of its tree's training weight
+        that reached it, credited to the input dimensions its weak learner reads; normalised to sum to 1."""
+        self._check_fitted()
+        f = self.forest_
+        split = np.flatnonzero(f.child >= 0)
+        root_w = f.weight[f.tree_root]
+        tree_of_node = _node_trees(f)
+        contrib = f.gain[split] * f.weight[split] / root_w[tree_of_node[split]]
+        dims, share = self.family_.importance_dims(f.params[split])
+        imp = np.zeros(self.family_.n_features)
+        np.add.at(imp, dims.ravel(), (share * contrib[:, None]).ravel())
+        total = imp.sum()
+        return imp / total if total > 0 else imp
+
+    # -- model files --------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def _extra_metadata(self) -> dict:
+        return {}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the fitted model to `path` (.npz with JSON metadata; atomic)."""
+        self._check_fitted()
+        spec, fam_arrays = self.family_.to_spec()
+        params = {k: v for k, v in self.get_params().items() if k not in ("random_state",)}
+        params["random_state"] = self.random_state if isinstance(self.random_state, (int, type(None))) else None
+        meta = {
+            "task": self._task,
+            "estimator": type(self).__name__,
+            "imageforest_version": __version__,
+            "family": spec,
+            "hyper_parameters": params,
+            "n_features_in": int(self.n_features_in_),
+            **self._extra_metadata(),
+        }
+        arrays = {**self.forest_.to_arrays(), **fam_arrays, **self._leaf_arrays()}
+        save_model(path, meta, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> BaseForest:
+        """Read a model written by `save`; a damaged, foreign or other-task file raises ModelFormatError."""
+        meta, arrays = load_model(path)
+        if meta.get("task") != cls._task or meta.get("estimator") != cls.__name__:
+            raise ModelFormatError(f"{path}: holds a {meta.get('estimator', 'unknown')} model "
+                                   f"({meta.get('task')}), not a {cls.__name__}")
+        try:
+            hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls._param_names()}
+            est = cls(**hyper)
+            forest = ForestArrays.from_arrays(arrays)
+            family = VectorFeatures.from_spec(meta["family"], arrays)
+            if not family.validate_params(forest.params):
+                raise ModelFormatError(f"{path}: a node reads a feature the model does not have")
+            est.forest_ = forest
+            est.family_ = family
+            est.n_features_in_ = int(meta["n_features_in"])
+            est._restore_leaves(meta, arrays)
+        except ModelFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, InvalidInputError) as exc:
+            raise ModelFormatError(f"{path}: inconsistent model file ({exc})") from None
+        return est
+
+
+def _node_trees(forest: ForestArrays) -> np.ndarray:
+    """Tree index of every node, propagated from the roots down the child links (vectorised per level)."""
+    tree = np.full(forest.n_nodes, -1, dtype=np.int64)
+    tree[forest.tree_root] = np.arange(forest.n_trees)
+    split = np.flatnonzero(forest.child >= 0)
+    # Parents precede their children, so walking the levels top-down labels every node.
+    for depth in range(forest.max_depth + 1):
+        nodes = split[forest.depth[split] == depth]
+        left = forest.child[nodes]
+        tree[left] = tree[nodes]
+        tree[left + 1] = tree[nodes]
+    return tree

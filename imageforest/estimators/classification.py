@@ -1,0 +1,165 @@
+"""ClassificationForest: seeds/000 ch. 3 on the shared engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.leaf_models import average_posterior, class_histograms, product_posterior
+from imageforest.forest.objectives import Objective
+from imageforest.validation import check_labels
+
+PRODUCT_FLOOR = 1e-6
+
+
+class ClassificationForest(BaseForest):
+    """A classification forest (seeds/000 ch. 3): leaves hold class histograms, trees are averaged or multiplied.
+
+    Parameters
+    ----------
+    n_trees : int
+        T, the number of trees.
+    max_depth : int or None
+        D, the largest depth (root at 0); None grows until leaves are pure or too small.
+    weak_learner : {"axis", "oblique", "conic"}
+        Weak-learner model (sec. 2.3.3).
+    n_candidates : int, float, "sqrt", "log2" or "all"
+        rho, candidate parameter rows tried per node (randomized node optimisation); a float is a fraction of
+        the features. ``n_candidates=1`` with ``n_thresholds=1`` gives extremely randomized trees in the
+        monograph's sense (sec. 8.x).
+    n_thresholds : int or None
+        K random thresholds per candidate within the node's response range; None searches every threshold.
+    criterion : {"entropy", "gini"}
+        Split objective (information gain with Shannon entropy, or Gini impurity).
+    class_weight : None, "balanced" or dict
+        "balanced" re-weights points by inverse class priors (sec. 3.2); a dict maps class to weight.
+    posterior : {"average", "product"}
+        Ensemble model: eq. 2.12 (average) or eq. 2.13 (normalised product).
+    bootstrap : bool
+        Bagging: each tree sees a bootstrap sample (otherwise all points: randomness from node optimisation).
+    max_samples : int, float or None
+        Points drawn per tree (a float is a fraction).
+    min_samples_split, min_samples_leaf : int
+    min_gain : float
+        A node splits only if its best information gain reaches this.
+    structure : {"tree", "fern"}
+        "fern": one test per tree level shared by all nodes of that level (random ferns).
+    two_sided : bool
+        Search two-sided tests tau2 < f <= tau1 (eq. 2.5) rather than one threshold.
+    random_state : int, numpy Generator or None
+        Fixes the model bytes whatever the thread count.
+    n_jobs : int or None
+        Threads for training and prediction (None: all cores).
+
+    Attributes
+    ----------
+    classes_ : (n_classes,) array
+    n_features_in_ : int
+    feature_importances_ : (n_features,) array
+    """
+
+    _task = "classification"
+
+    def __init__(self, n_trees: int = 100, max_depth: int | None = None, weak_learner: str = "axis",
+                 n_candidates="sqrt", n_thresholds: int | None = 16, criterion: str = "entropy",
+                 class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
+                 min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
+                 structure: str = "tree", two_sided: bool = False, random_state=None,
+                 n_jobs: int | None = None) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.weak_learner = weak_learner
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.criterion = criterion
+        self.class_weight = class_weight
+        self.posterior = posterior
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_gain = min_gain
+        self.structure = structure
+        self.two_sided = two_sided
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def fit(self, X, y, sample_weight=None) -> ClassificationForest:
+        """Grow the forest on X (n_samples, n_features) with class labels y (n_samples,)."""
+        X, sw = self._prepare_fit(X, sample_weight)
+        classes, encoded = check_labels(y, X.shape[0])
+        if self.criterion not in ("entropy", "gini"):
+            raise InvalidInputError(f"criterion must be 'entropy' or 'gini', got {self.criterion!r}")
+        if self.posterior not in ("average", "product"):
+            raise InvalidInputError(f"posterior must be 'average' or 'product', got {self.posterior!r}")
+        sw = sw * self._class_weights(classes, encoded, sw)[encoded]
+        objective = Objective.classification(encoded, classes.size, self.criterion)
+        grown = self._grow(X, objective, sw)
+        with numba_threads(self.n_jobs):
+            self.leaf_posterior_ = class_histograms(grown.order, grown.wts, encoded, grown.leaf_start,
+                                                    grown.leaf_end, classes.size)
+        self.classes_ = classes
+        return self
+
+    def _class_weights(self, classes: np.ndarray, encoded: np.ndarray, sw: np.ndarray) -> np.ndarray:
+        cw = self.class_weight
+        if cw is None:
+            return np.ones(classes.size)
+        if cw == "balanced":
+            prior = np.bincount(encoded, weights=sw, minlength=classes.size)
+            return prior.sum() / (classes.size * np.maximum(prior, 1e-300))
+        if isinstance(cw, dict):
+            unknown = set(cw) - set(classes.tolist())
+            if unknown:
+                raise InvalidInputError(f"class_weight names classes not in y: {sorted(map(str, unknown))}")
+            return np.array([float(cw.get(c, 1.0)) for c in classes.tolist()])
+        raise InvalidInputError(f"class_weight must be None, 'balanced' or a dict, got {cw!r}")
+
+    # -- prediction ---------------------------------------------------------------------------------------
+    def _posterior_from_leaves(self, leaf_ids: np.ndarray) -> np.ndarray:
+        with numba_threads(self.n_jobs):
+            if self.posterior == "product":
+                return product_posterior(leaf_ids, self.leaf_posterior_, PRODUCT_FLOOR)
+            return average_posterior(leaf_ids, self.leaf_posterior_)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Forest posterior p(c | v), shape (n_samples, n_classes), columns in the order of `classes_`."""
+        X = self._checked_input(X)
+        return self._posterior_from_leaves(self._apply_checked(X))
+
+    def predict(self, X) -> np.ndarray:
+        """Most probable class per sample, shape (n_samples,)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def predict_entropy(self, X) -> np.ndarray:
+        """Shannon entropy (nats) of the forest posterior per sample: the prediction's uncertainty."""
+        p = self.predict_proba(X)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=1)
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean (weighted) accuracy on X, y."""
+        pred = self.predict(X)
+        y = np.asarray(y)
+        if y.shape != pred.shape:
+            raise InvalidInputError(f"y must have shape {pred.shape}, got {y.shape}")
+        return float(np.average(pred == y, weights=sample_weight))
+
+    # -- model files --------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        classes = self.classes_
+        if classes.dtype.kind not in "biufU":
+            classes = classes.astype(str)
+        return {"leaf.posterior": self.leaf_posterior_, "classes": classes}
+
+    def _extra_metadata(self) -> dict:
+        return {"classes": [c.item() if hasattr(c, "item") else c for c in self.classes_]}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        post = np.ascontiguousarray(arrays["leaf.posterior"], dtype=np.float32)
+        classes = arrays["classes"]
+        if post.shape != (self.forest_.n_leaves, classes.size) or classes.size < 2:
+            raise ModelFormatError("leaf posteriors do not match the forest's leaves and classes")
+        self.leaf_posterior_ = post
+        self.classes_ = classes

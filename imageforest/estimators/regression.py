@@ -1,0 +1,160 @@
+"""RegressionForest: probabilistic regression, seeds/000 ch. 4 and App. A, on the shared engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.mixture import ForestGaussianMixture
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.leaf_models import constant_mean, gaussian_leaves, linear_components, linear_leaves
+from imageforest.forest.objectives import Objective
+from imageforest.validation import check_targets
+
+LEAF_MODELS = ("constant", "gaussian", "linear")
+LINEAR_RIDGE = 1e-6
+VAR_FLOOR = 1e-9  # relative to each output's variance: keeps leaf Gaussians proper
+
+
+class RegressionForest(BaseForest):
+    """A probabilistic regression forest (seeds/000 ch. 4).
+
+    Parameters
+    ----------
+    n_trees, max_depth, weak_learner, n_candidates, n_thresholds, bootstrap, max_samples, min_samples_split,
+    min_samples_leaf, min_gain, structure, two_sided, random_state, n_jobs
+        As for `ClassificationForest` (T, D, weak learner, rho, K, ...). ``n_candidates`` defaults to all
+        features, as regression forests usually do.
+    criterion : {"gaussian", "squared_error"}
+        "gaussian": information gain of the Gaussian differential entropy, log det of the covariance of the
+        (multivariate) targets (eq. 4.6, App. A); "squared_error": CART variance reduction.
+    leaf_model : {"constant", "gaussian", "linear"}
+        "constant": leaf mean only; "gaussian" (probabilistic-constant): mean and covariance;
+        "linear" (probabilistic-linear, App. A): a weighted least-squares hyperplane in x with parameter
+        covariance, so the predictive variance grows with distance from the leaf's data.
+
+    Attributes
+    ----------
+    n_outputs_ : int
+    n_features_in_ : int
+    feature_importances_ : (n_features,) array
+    """
+
+    _task = "regression"
+
+    def __init__(self, n_trees: int = 100, max_depth: int | None = None, weak_learner: str = "axis",
+                 n_candidates=1.0, n_thresholds: int | None = 16, criterion: str = "gaussian",
+                 leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None,
+                 min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
+                 structure: str = "tree", two_sided: bool = False, random_state=None,
+                 n_jobs: int | None = None) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.weak_learner = weak_learner
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.criterion = criterion
+        self.leaf_model = leaf_model
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_gain = min_gain
+        self.structure = structure
+        self.two_sided = two_sided
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def fit(self, X, y, sample_weight=None) -> RegressionForest:
+        """Grow the forest on X (n_samples, n_features) with targets y (n_samples,) or (n_samples, n_outputs)."""
+        X, sw = self._prepare_fit(X, sample_weight)
+        Y = check_targets(y, X.shape[0])
+        if self.criterion not in ("gaussian", "squared_error"):
+            raise InvalidInputError(f"criterion must be 'gaussian' or 'squared_error', got {self.criterion!r}")
+        if self.leaf_model not in LEAF_MODELS:
+            raise InvalidInputError(f"leaf_model must be one of {LEAF_MODELS}, got {self.leaf_model!r}")
+        objective = Objective.regression(Y, self.criterion)
+        grown = self._grow(X, objective, sw)
+        var = Y.var(axis=0)
+        floor = VAR_FLOOR * np.where(var > 0, var, 1.0)
+        with numba_threads(self.n_jobs):
+            if self.leaf_model == "linear":
+                self.leaf_x_mean_, self.leaf_coef_, self.leaf_a_inv_, self.leaf_noise_ = linear_leaves(
+                    grown.order, grown.wts, X, Y, grown.leaf_start, grown.leaf_end, LINEAR_RIDGE, floor)
+            else:
+                self.leaf_mean_, self.leaf_cov_ = gaussian_leaves(grown.order, grown.wts, Y, grown.leaf_start,
+                                                                  grown.leaf_end, floor)
+        self.n_outputs_ = Y.shape[1]
+        self._y_1d = np.ndim(y) == 1
+        return self
+
+    def _components(self, X: np.ndarray, with_cov: bool) -> tuple[np.ndarray, np.ndarray]:
+        leaves = self._apply_checked(X)
+        with numba_threads(self.n_jobs):
+            if self.leaf_model == "linear":
+                return linear_components(leaves, X, self.leaf_x_mean_, self.leaf_coef_, self.leaf_a_inv_,
+                                         self.leaf_noise_, with_cov)
+        return self.leaf_mean_[leaves], (self.leaf_cov_[leaves] if with_cov else None)
+
+    def predict(self, X) -> np.ndarray:
+        """E[y | x]: shape (n_samples,) for 1-D training targets, else (n_samples, n_outputs)."""
+        X = self._checked_input(X)
+        if self.leaf_model == "linear":
+            mean = self._components(X, with_cov=False)[0].mean(axis=1)
+        else:
+            with numba_threads(self.n_jobs):
+                mean = constant_mean(self._apply_checked(X), self.leaf_mean_)
+        return mean[:, 0] if self._y_1d else mean
+
+    def predict_distribution(self, X) -> ForestGaussianMixture:
+        """The forest's full conditional p(y | x): a mixture of one Gaussian per tree.
+
+        Its `mean`, `std`, `mode`, `quantile` and `pdf` give the posterior summaries of Fig. 4.6-4.9.
+        """
+        if self.leaf_model == "constant":
+            raise InvalidInputError("leaf_model='constant' keeps no variance; fit with 'gaussian' or 'linear' "
+                                    "to get p(y|x)")
+        X = self._checked_input(X)
+        means, covs = self._components(X, with_cov=True)
+        return ForestGaussianMixture(np.ascontiguousarray(means), np.ascontiguousarray(covs))
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Coefficient of determination R^2 (averaged over outputs)."""
+        pred = self.predict(X).reshape(len(X), -1)
+        Y = check_targets(y, pred.shape[0])
+        w = np.ones(pred.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        ss_res = np.sum(w[:, None] * (Y - pred) ** 2, axis=0)
+        ss_tot = np.sum(w[:, None] * (Y - np.average(Y, axis=0, weights=w)) ** 2, axis=0)
+        r2 = np.where(ss_tot > 0, 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0), 0.0)
+        return float(r2.mean())
+
+    # -- model files --------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        if self.leaf_model == "linear":
+            return {"leaf.x_mean": self.leaf_x_mean_, "leaf.coef": self.leaf_coef_,
+                    "leaf.a_inv": self.leaf_a_inv_, "leaf.noise": self.leaf_noise_}
+        arrays = {"leaf.mean": self.leaf_mean_}
+        if self.leaf_model == "gaussian":
+            arrays["leaf.cov"] = self.leaf_cov_
+        return arrays
+
+    def _extra_metadata(self) -> dict:
+        return {"n_outputs": int(self.n_outputs_), "y_1d": bool(self._y_1d)}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        n_leaves = self.forest_.n_leaves
+        d = int(meta["n_outputs"])
+        p = self.n_features_in_
+        if self.leaf_model == "linear":
+            shapes = {"leaf.x_mean": (n_leaves, p), "leaf.coef": (n_leaves, p + 1, d),
+                      "leaf.a_inv": (n_leaves, p + 1, p + 1), "leaf.noise": (n_leaves, d, d)}
+        else:
+            shapes = {"leaf.mean": (n_leaves, d)}
+            if self.leaf_model == "gaussian":
+                shapes["leaf.cov"] = (n_leaves, d, d)
+        for key, shape in shapes.items():
+            if key not in arrays or arrays[key].shape != shape:
+                raise ModelFormatError(f"leaf array '{key}' is missing or has the wrong shape")
+            setattr(self, key.replace("leaf.", "leaf_") + "_", np.ascontiguousarray(arrays[key], np.float64))
+        self.n_outputs_ = d
+        self._y_1d = bool(meta["y_1d"])

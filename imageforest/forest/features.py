@@ -1,0 +1,68 @@
+"""The feature-family interface the trainer and `apply` talk to.
+
+A feature family is the weak learner's feature map phi(v) with its random parameter source (seeds/000 sec. 2.3.3):
+the trainer draws rho candidate parameter rows per node with `sample`, asks `responses` for the responses of the
+node's points to those rows, and stores the winning row. It never knows whether the data are vectors, images or
+depth maps; a family for images implements the same three methods over its own data object.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from imageforest.forest.storage import ForestArrays
+
+
+class FeatureFamily(ABC):
+    """Random feature parameters plus batched responses.
+
+    Attributes
+    ----------
+    name : str
+        Identifier stored in model metadata.
+    param_width : int
+        Length of one parameter row.
+    n_features : int
+        Number of input dimensions importances are reported over.
+    """
+
+    name: str
+    param_width: int
+    n_features: int
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
+        """Draw candidate parameter rows, shape (n_sets, n_candidates, param_width), float64."""
+
+    @abstractmethod
+    def responses(
+        self, data: Any, params: np.ndarray, samples: np.ndarray, pos_set: np.ndarray
+    ) -> np.ndarray:
+        """Responses of points to their set's candidates.
+
+        Parameters
+        ----------
+        data : family-specific training data
+        params : (n_sets, rho, param_width) float64
+        samples : (M,) int32 point index of each position
+        pos_set : (M,) int32 which parameter set (node) each position belongs to
+
+        Returns
+        -------
+        (M, rho) float32
+        """
+
+    @abstractmethod
+    def apply(self, data: Any, forest: ForestArrays) -> np.ndarray:
+        """Leaf ids reached by every point in every tree, shape (n_points, n_trees), int32."""
+
+    @abstractmethod
+    def importance_dims(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Input dimensions each parameter row reads and their shares: two (n_rows, k) arrays."""
+
+    @abstractmethod
+    def to_spec(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """JSON-able description plus arrays needed to rebuild the family from a model file."""

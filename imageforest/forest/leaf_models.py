@@ -1,0 +1,218 @@
+"""Leaf models: fitted from each leaf's training points, read through the leaf ids `apply` returns.
+
+- class histograms: p_t(c | v) per leaf (seeds/000 sec. 2.2, eq. 2.12-2.13 combine them over trees);
+- Gaussian (probabilistic-constant): mean and covariance of y per leaf (sec. 4.2, eq. 4.6);
+- probabilistic-linear: a weighted least-squares hyperplane y = W^T [x - x_bar, 1] per leaf with the parameter
+  covariance, giving p(y | x) = N(W^T x~, Sigma (1 + x~^T A^-1 x~)) whose variance grows away from the leaf's data
+  (App. A). A small ridge keeps tiny leaves solvable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, parallel=True)
+def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):  # pragma: no cover - numba
+    """Normalised weighted class histogram of every leaf, (n_leaves, n_classes) float32."""
+    n_leaves = leaf_start.shape[0]
+    out = np.zeros((n_leaves, n_classes), dtype=np.float32)
+    for leaf in prange(n_leaves):
+        acc = np.zeros(n_classes)
+        for m in range(leaf_start[leaf], leaf_end[leaf]):
+            acc[labels[order[m]]] += wts[m]
+        total = acc.sum()
+        if total > 0:
+            for c in range(n_classes):
+                out[leaf, c] = acc[c] / total
+    return out
+
+
+@njit(cache=True, parallel=True)
+def average_posterior(leaf_ids, hist):  # pragma: no cover - numba
+    """Eq. 2.12: mean of the trees' leaf posteriors, (n, n_classes) float64."""
+    n, n_trees = leaf_ids.shape
+    n_classes = hist.shape[1]
+    out = np.zeros((n, n_classes))
+    for i in prange(n):
+        for t in range(n_trees):
+            row = hist[leaf_ids[i, t]]
+            for c in range(n_classes):
+                out[i, c] += row[c]
+        for c in range(n_classes):
+            out[i, c] /= n_trees
+    return out
+
+
+@njit(cache=True, parallel=True)
+def product_posterior(leaf_ids, hist, floor):  # pragma: no cover - numba
+    """Eq. 2.13: normalised product of the trees' posteriors, each floored so no single tree vetoes a class."""
+    n, n_trees = leaf_ids.shape
+    n_classes = hist.shape[1]
+    out = np.zeros((n, n_classes))
+    logp = np.empty(n_classes)
+    for i in prange(n):
+        logp = np.zeros(n_classes)
+        for t in range(n_trees):
+            row = hist[leaf_ids[i, t]]
+            for c in range(n_classes):
+                logp[c] += np.log(max(row[c], floor))
+        top = logp.max()
+        z = 0.0
+        for c in range(n_classes):
+            out[i, c] = np.exp(logp[c] - top)
+            z += out[i, c]
+        for c in range(n_classes):
+            out[i, c] /= z
+    return out
+
+
+@njit(cache=True, parallel=True)
+def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pragma: no cover - numba
+    """Weighted mean (n_leaves, d) and covariance (n_leaves, d, d) of the targets in each leaf.
+
+    `var_floor` (d,) is added to the covariance diagonal: a leaf of identical targets still predicts a proper
+    (narrow) Gaussian.
+    """
+    n_leaves = leaf_start.shape[0]
+    d = targets.shape[1]
+    mean = np.zeros((n_leaves, d))
+    cov = np.zeros((n_leaves, d, d))
+    for leaf in prange(n_leaves):
+        w_sum = 0.0
+        for m in range(leaf_start[leaf], leaf_end[leaf]):
+            w = wts[m]
+            w_sum += w
+            for a in range(d):
+                mean[leaf, a] += w * targets[order[m], a]
+        for a in range(d):
+            mean[leaf, a] /= w_sum
+        for m in range(leaf_start[leaf], leaf_end[leaf]):
+            w = wts[m]
+            for a in range(d):
+                ea = targets[order[m], a] - mean[leaf, a]
+                for b in range(d):
+                    cov[leaf, a, b] += w * ea * (targets[order[m], b] - mean[leaf, b])
+        for a in range(d):
+            for b in range(d):
+                cov[leaf, a, b] /= w_sum
+            cov[leaf, a, a] += var_floor[a]
+    return mean, cov
+
+
+@njit(cache=True, parallel=True)
+def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor):  # pragma: no cover - numba
+    """Probabilistic-linear fit per leaf.
+
+    Returns
+    -------
+    x_mean : (n_leaves, p) leaf input centre
+    coef : (n_leaves, p + 1, d) hyperplane over [x - x_mean, 1]
+    a_inv : (n_leaves, p + 1, p + 1) inverse of the (ridge-regularised) weighted design Gram matrix
+    noise : (n_leaves, d, d) residual covariance (plus `var_floor` on the diagonal)
+    """
+    n_leaves = leaf_start.shape[0]
+    p = X.shape[1]
+    d = targets.shape[1]
+    x_mean = np.zeros((n_leaves, p))
+    coef = np.zeros((n_leaves, p + 1, d))
+    a_inv = np.zeros((n_leaves, p + 1, p + 1))
+    noise = np.zeros((n_leaves, d, d))
+    for leaf in prange(n_leaves):
+        s0 = leaf_start[leaf]
+        s1 = leaf_end[leaf]
+        w_sum = 0.0
+        for m in range(s0, s1):
+            w_sum += wts[m]
+            for a in range(p):
+                x_mean[leaf, a] += wts[m] * X[order[m], a]
+        for a in range(p):
+            x_mean[leaf, a] /= w_sum
+        gram = np.zeros((p + 1, p + 1))
+        rhs = np.zeros((p + 1, d))
+        z = np.empty(p + 1)
+        for m in range(s0, s1):
+            i = order[m]
+            w = wts[m]
+            for a in range(p):
+                z[a] = X[i, a] - x_mean[leaf, a]
+            z[p] = 1.0
+            for a in range(p + 1):
+                for b in range(p + 1):
+                    gram[a, b] += w * z[a] * z[b]
+                for b in range(d):
+                    rhs[a, b] += w * z[a] * targets[i, b]
+        for a in range(p):  # the intercept is not shrunk
+            gram[a, a] += ridge * (1.0 + gram[a, a])
+        inv = np.linalg.inv(gram)
+        a_inv[leaf] = inv
+        beta = inv @ rhs
+        coef[leaf] = beta
+        dof = max(w_sum - (p + 1), 1.0)
+        for m in range(s0, s1):
+            i = order[m]
+            w = wts[m]
+            for a in range(p):
+                z[a] = X[i, a] - x_mean[leaf, a]
+            z[p] = 1.0
+            r = np.zeros(d)
+            for b in range(d):
+                pred = 0.0
+                for a in range(p + 1):
+                    pred += z[a] * beta[a, b]
+                r[b] = targets[i, b] - pred
+            for a in range(d):
+                for b in range(d):
+                    noise[leaf, a, b] += w * r[a] * r[b]
+        for a in range(d):
+            for b in range(d):
+                noise[leaf, a, b] /= dof
+            noise[leaf, a, a] += var_floor[a]
+    return x_mean, coef, a_inv, noise
+
+
+@njit(cache=True, parallel=True)
+def constant_mean(leaf_ids, mean):  # pragma: no cover - numba
+    """Average over trees of the leaves' mean targets, (n, d)."""
+    n, n_trees = leaf_ids.shape
+    d = mean.shape[1]
+    out = np.zeros((n, d))
+    for i in prange(n):
+        for t in range(n_trees):
+            for a in range(d):
+                out[i, a] += mean[leaf_ids[i, t], a]
+        for a in range(d):
+            out[i, a] /= n_trees
+    return out
+
+
+@njit(cache=True, parallel=True)
+def linear_components(leaf_ids, X, x_mean, coef, a_inv, noise, with_cov):  # pragma: no cover - numba
+    """Per point and tree, the probabilistic-linear prediction: means (n, T, d), covariances (n, T, d, d)."""
+    n, n_trees = leaf_ids.shape
+    p = X.shape[1]
+    d = coef.shape[2]
+    means = np.zeros((n, n_trees, d))
+    covs = np.zeros((n, n_trees, d, d)) if with_cov else np.zeros((0, 0, d, d))
+    for i in prange(n):
+        z = np.empty(p + 1)
+        for t in range(n_trees):
+            leaf = leaf_ids[i, t]
+            for a in range(p):
+                z[a] = X[i, a] - x_mean[leaf, a]
+            z[p] = 1.0
+            for b in range(d):
+                acc = 0.0
+                for a in range(p + 1):
+                    acc += z[a] * coef[leaf, a, b]
+                means[i, t, b] = acc
+            if with_cov:
+                quad = 0.0
+                for a in range(p + 1):
+                    for b in range(p + 1):
+                        quad += z[a] * a_inv[leaf, a, b] * z[b]
+                for a in range(d):
+                    for b in range(d):
+                        covs[i, t, a, b] = noise[leaf, a, b] * (1.0 + quad)
+    return means, covs

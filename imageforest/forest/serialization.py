@@ -1,0 +1,82 @@
+"""Model files: one `.npz` of arrays with the JSON metadata embedded as a uint8 array.
+
+A model is data, never code: the file is read with ``allow_pickle=False``; its metadata carries a format name and
+version, the task, the feature-family spec and the hyper-parameters. Writes are atomic (temporary file in the
+target folder, then rename), so a crash never leaves half a model behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from imageforest.exceptions import ModelFormatError
+
+FORMAT_NAME = "imageforest-model"
+FORMAT_VERSION = 1
+METADATA_KEY = "__metadata__"
+
+
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Call ``write(file_object)`` on a temporary file beside `path`, then move it into place."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{path}: the folder {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_model(path: str | os.PathLike, metadata: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays and metadata to `path` (conventionally ending in `.npz`)."""
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **metadata}
+    payload = dict(arrays)
+    payload[METADATA_KEY] = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
+    for key, value in payload.items():
+        if np.asarray(value).dtype == object:
+            raise TypeError(f"array '{key}' has dtype object; models hold plain arrays only")
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **payload))
+
+
+def load_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read a model file; raise ModelFormatError with the reason if it is not one of ours.
+
+    Returns
+    -------
+    metadata : dict
+    arrays : dict of name -> ndarray (all loaded into memory)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ModelFormatError(f"{path}: not a readable imageforest model ({exc})") from None
+    raw = arrays.pop(METADATA_KEY, None)
+    if raw is None or raw.dtype != np.uint8:
+        raise ModelFormatError(f"{path}: no imageforest metadata (is this a model file of another tool?)")
+    try:
+        meta = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path}: metadata is damaged ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ModelFormatError(f"{path}: not an imageforest model")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelFormatError(f"{path}: model format version {version!r} is not supported "
+                               f"(this imageforest reads version {FORMAT_VERSION})")
+    return meta, arrays

@@ -1,0 +1,338 @@
+"""Level-wise forest growth: every frontier node of every tree at one depth is one batch.
+
+The trainer knows neither the task (the `Objective` scores partitions) nor the data (the `FeatureFamily` samples
+weak-learner parameters and computes responses). Per level it:
+
+1. computes each frontier node's statistics and decides which nodes may split;
+2. draws rho candidate parameter rows per node (`n_candidates`; one shared set per tree for ferns) and K uniform
+   numbers per candidate for the thresholds, from one seeded generator in a fixed order;
+3. in memory-bounded chunks of nodes, asks the family for responses, scores splits (binned or exhaustive) and
+   partitions each split node's points in place, left-going points first.
+
+All randomness is drawn in Python before the kernels run, and every kernel writes disjoint slots or reduces within
+one (node, candidate) serially, so the model bytes depend on `random_state` only, never on the thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+from imageforest.forest.features import FeatureFamily
+from imageforest.forest.objectives import GINI, Objective
+from imageforest.forest.split_search import (
+    binned_gain_table,
+    exhaustive_best,
+    partition_configs,
+    partition_segments,
+    segment_min_max,
+    segment_stats,
+)
+from imageforest.forest.storage import ForestArrays
+
+# Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
+RESPONSE_BUDGET = 1 << 24
+
+
+@dataclass
+class GrowthSettings:
+    """Tree-growth hyper-parameters in the monograph's vocabulary (T, D, rho, K)."""
+
+    n_trees: int = 100
+    max_depth: int | None = None
+    n_candidates: int = 1
+    n_thresholds: int | None = 16
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_gain: float = 0.0
+    bootstrap: bool = False
+    max_samples: int | None = None
+    structure: str = "tree"
+    two_sided: bool = False
+
+
+@dataclass
+class GrownForest:
+    """A grown forest plus where each leaf's training points ended up.
+
+    Attributes
+    ----------
+    forest : ForestArrays
+    order : (n_positions,) int32, point index at each position (all trees' samples, concatenated)
+    wts : (n_positions,) float64, weight at each position (bootstrap count x sample weight)
+    leaf_start, leaf_end : (n_leaves,) int64, leaf l's points are order[leaf_start[l]:leaf_end[l]]
+    """
+
+    forest: ForestArrays
+    order: np.ndarray
+    wts: np.ndarray
+    leaf_start: np.ndarray
+    leaf_end: np.ndarray
+
+
+@njit(cache=True, parallel=True)
+def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - numba
+    """True where a node's targets are all alike (one class, or zero variance in every block)."""
+    n = stats.shape[0]
+    pure = np.zeros(n, dtype=np.bool_)
+    stride = 1 + q + q * q
+    for s in prange(n):
+        row = stats[s]
+        if criterion <= GINI:
+            total = row.sum()
+            pure[s] = row.max() >= total * (1.0 - 1e-12)
+        else:
+            spread = 0.0
+            scale = 0.0
+            for b in range(n_blocks):
+                base = b * stride
+                w = row[base]
+                if w <= 0.0:
+                    continue
+                for a in range(q):
+                    m = row[base + 1 + a] / w
+                    spread += row[base + 1 + q + a * q + a] / w - m * m
+                    scale += row[base + 1 + q + a * q + a] / w
+            pure[s] = spread <= 1e-12 * max(scale, 1e-300)
+    return pure
+
+
+def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthSettings,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each tree's points (bagging or not): order, weights and per-tree segment bounds."""
+    n_draw = n_points if settings.max_samples is None else int(settings.max_samples)
+    orders, weights = [], []
+    for _ in range(settings.n_trees):  # once per tree at start-up, not on a hot path
+        if settings.bootstrap:
+            counts = np.bincount(rng.integers(0, n_points, n_draw), minlength=n_points)
+            idx = np.flatnonzero(counts)
+            w = sample_weight[idx] * counts[idx]
+        elif n_draw < n_points:
+            idx = np.sort(rng.permutation(n_points)[:n_draw])
+            w = sample_weight[idx]
+        else:
+            idx = np.arange(n_points)
+            w = sample_weight
+        keep = w > 0
+        orders.append(idx[keep].astype(np.int32))
+        weights.append(np.asarray(w[keep], dtype=np.float64))
+    sizes = np.array([o.size for o in orders], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return np.concatenate(orders), np.concatenate(weights), bounds
+
+
+def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None) -> list[tuple[int, int]]:
+    """Split the frontier into consecutive node ranges whose responses fit the budget.
+
+    `breaks` (bool per node) marks nodes a chunk may start at (ferns: first node of a tree).
+    """
+    out = []
+    n = counts.size
+    a = 0
+    while a < n:
+        b = a
+        used = 0
+        while b < n and (b == a or used + counts[b] * rho <= RESPONSE_BUDGET or (breaks is not None
+                                                                                   and not breaks[b])):
+            used += counts[b] * rho
+            b += 1
+        out.append((a, b))
+        a = b
+    return out
+
+
+def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Objective,
+                sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
+    """Grow `settings.n_trees` trees level by level.
+
+    Parameters
+    ----------
+    family : feature family bound to nothing; `data` is passed to its `responses`
+    n_points : number of training points
+    objective : statistics and impurity of the task
+    sample_weight : (n_points,) float64
+    rng : the only source of randomness
+    """
+    T = settings.n_trees
+    rho = int(settings.n_candidates)
+    K = settings.n_thresholds
+    fern = settings.structure == "fern"
+    max_depth = np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth)
+    msl = int(settings.min_samples_leaf)
+    configs = partition_configs(K, settings.two_sided) if K is not None else None
+    crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
+    labels, targets, reg = objective.labels, objective.targets, objective.reg
+
+    order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
+
+    # Frontier: node ids are contiguous per level, and ordered by tree.
+    f_start = bounds[:-1].copy()
+    f_end = bounds[1:].copy()
+    f_tree = np.arange(T, dtype=np.int64)
+    level_first_id = 0
+    next_id = T
+    depth = 0
+    leaf_count = 0
+    per_level: dict[str, list[np.ndarray]] = {k: [] for k in
+                                              ("params", "thr_lo", "thr_hi", "child", "depth", "gain",
+                                               "weight")}
+    leaf_node, leaf_tree, leaf_start, leaf_end = [], [], [], []
+
+    while f_start.size:
+        n_front = f_start.size
+        stats, counts = segment_stats(order, wts, f_start, f_end, crit, labels, targets, n_blocks, q, n_stats)
+        node_w = _segment_weight(wts, f_start, f_end)
+        pure = _node_purity(stats, counts, crit, n_blocks, q)
+        can_split = ((counts >= settings.min_samples_split) & (counts >= 2 * msl) & ~pure & (node_w > 0)
+                     & (depth < max_depth))
+
+        params = np.zeros((n_front, family.param_width))
+        thr_lo = np.full(n_front, -np.inf, dtype=np.float32)
+        thr_hi = np.full(n_front, np.inf, dtype=np.float32)
+        gain = np.zeros(n_front, dtype=np.float32)
+        split = np.zeros(n_front, dtype=bool)
+        n_left = np.zeros(n_front, dtype=np.int64)
+
+        sp = np.flatnonzero(can_split)
+        if sp.size:
+            if fern:
+                # One test per tree and level: candidates drawn per tree, shared by the tree's nodes.
+                trees_here, node_set = np.unique(f_tree[sp], return_inverse=True)
+                cand = family.sample(rng, trees_here.size, rho)
+                u = rng.random((trees_here.size, rho, K)) if K is not None else None
+            else:
+                node_set = np.arange(sp.size)
+                cand = family.sample(rng, sp.size, rho)
+                u = rng.random((sp.size, rho, K)) if K is not None else None
+            sp_counts = counts[sp]
+            breaks = None
+            if fern:
+                breaks = np.ones(sp.size, dtype=bool)
+                breaks[1:] = node_set[1:] != node_set[:-1]
+            for a, b in _chunks(sp_counts, rho, breaks):
+                nodes = sp[a:b]
+                c_counts = sp_counts[a:b]
+                seg_end = np.cumsum(c_counts)
+                seg_start = seg_end - c_counts
+                m_total = int(seg_end[-1]) if seg_end.size else 0
+                positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
+                samples = order[positions]
+                pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
+                sets = node_set[a:b]
+                node_params = cand[sets]
+                resp = family.responses(data, node_params, samples, pos_node)
+                w_pos = wts[positions]
+                if K is not None:
+                    lo, hi = segment_min_max(resp, seg_start, seg_end)
+                    if fern:
+                        lo, hi = _per_set_range(lo, hi, sets)
+                    thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
+                    thr.sort(axis=2)
+                    table = binned_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
+                                              labels, targets, n_blocks, q, n_stats, reg, msl)
+                    flat = table.reshape(b - a, -1)
+                    if fern:
+                        choice = _fern_choice(flat, node_w[nodes], sets)
+                    else:
+                        choice = np.argmax(flat, axis=1)
+                    best_gain = flat[np.arange(b - a), choice]
+                    best_c, best_g = np.divmod(choice, configs.shape[0])
+                    i_bin, j_bin = configs[best_g, 0], configs[best_g, 1]
+                    t_node = thr[np.arange(b - a), best_c]
+                    padded = np.concatenate([np.full((b - a, 1), -np.inf, np.float32), t_node,
+                                             np.full((b - a, 1), np.inf, np.float32)], axis=1)
+                    lo_b = padded[np.arange(b - a), i_bin]
+                    hi_b = padded[np.arange(b - a), j_bin]
+                else:
+                    g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, samples, w_pos, crit, labels,
+                                                   targets, n_blocks, q, n_stats, reg, msl)
+                    best_c = np.argmax(g_tab, axis=1)
+                    best_gain = g_tab[np.arange(b - a), best_c]
+                    lo_b = np.full(b - a, -np.inf, dtype=np.float32)
+                    hi_b = t_tab[np.arange(b - a), best_c]
+                ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
+                nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
+                                        best_c.astype(np.int64), lo_b, hi_b, ok)
+                split[nodes] = ok
+                n_left[nodes] = nl
+                params[nodes] = np.where(ok[:, None], node_params[np.arange(b - a), best_c], 0.0)
+                thr_lo[nodes] = np.where(ok, lo_b, -np.inf)
+                thr_hi[nodes] = np.where(ok, hi_b, np.inf)
+                gain[nodes] = np.where(ok, best_gain, 0.0)
+
+        # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
+        child = np.empty(n_front, dtype=np.int32)
+        split_idx = np.flatnonzero(split)
+        child[split_idx] = next_id + 2 * np.arange(split_idx.size)
+        leaf_idx = np.flatnonzero(~split)
+        child[leaf_idx] = -(leaf_count + np.arange(leaf_idx.size)) - 1
+        leaf_node.append(level_first_id + leaf_idx)
+        leaf_tree.append(f_tree[leaf_idx])
+        leaf_start.append(f_start[leaf_idx])
+        leaf_end.append(f_end[leaf_idx])
+        leaf_count += leaf_idx.size
+
+        for key, val in (("params", params), ("thr_lo", thr_lo), ("thr_hi", thr_hi), ("child", child),
+                         ("depth", np.full(n_front, depth, dtype=np.int32)), ("gain", gain),
+                         ("weight", node_w)):
+            per_level[key].append(val)
+
+        mid = f_start[split_idx] + n_left[split_idx]
+        new_start = np.empty(2 * split_idx.size, dtype=np.int64)
+        new_end = np.empty(2 * split_idx.size, dtype=np.int64)
+        new_start[0::2], new_end[0::2] = f_start[split_idx], mid
+        new_start[1::2], new_end[1::2] = mid, f_end[split_idx]
+        f_tree = np.repeat(f_tree[split_idx], 2)
+        f_start, f_end = new_start, new_end
+        level_first_id = next_id
+        next_id += 2 * split_idx.size
+        depth += 1
+
+    forest = ForestArrays(
+        params=np.ascontiguousarray(np.concatenate(per_level["params"]), dtype=np.float64),
+        thr_lo=np.concatenate(per_level["thr_lo"]).astype(np.float32),
+        thr_hi=np.concatenate(per_level["thr_hi"]).astype(np.float32),
+        child=np.concatenate(per_level["child"]).astype(np.int32),
+        depth=np.concatenate(per_level["depth"]).astype(np.int32),
+        gain=np.concatenate(per_level["gain"]).astype(np.float32),
+        weight=np.concatenate(per_level["weight"]).astype(np.float64),
+        tree_root=np.arange(T, dtype=np.int32),
+        leaf_node=np.concatenate(leaf_node).astype(np.int32),
+        leaf_tree=np.concatenate(leaf_tree).astype(np.int32),
+    )
+    return GrownForest(forest, order, wts, np.concatenate(leaf_start).astype(np.int64),
+                       np.concatenate(leaf_end).astype(np.int64))
+
+
+@njit(cache=True, parallel=True)
+def _segment_weight(wts, seg_start, seg_end):  # pragma: no cover - numba
+    n = seg_start.shape[0]
+    out = np.zeros(n)
+    for s in prange(n):
+        acc = 0.0
+        for m in range(seg_start[s], seg_end[s]):
+            acc += wts[m]
+        out[s] = acc
+    return out
+
+
+def _per_set_range(lo: np.ndarray, hi: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Response range over all nodes sharing a parameter set (a fern level), broadcast back to the nodes."""
+    n_sets = int(sets.max()) + 1
+    set_lo = np.full((n_sets, lo.shape[1]), np.inf, dtype=np.float32)
+    set_hi = np.full((n_sets, lo.shape[1]), -np.inf, dtype=np.float32)
+    np.minimum.at(set_lo, sets, lo)
+    np.maximum.at(set_hi, sets, hi)
+    return set_lo[sets], set_hi[sets]
+
+
+def _fern_choice(flat: np.ndarray, node_w: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """Per node, the index of its set's test maximising the weight-summed gain over the set's nodes."""
+    contrib = np.where(np.isfinite(flat), flat, 0.0) * node_w[:, None]
+    n_sets = int(sets.max()) + 1
+    score = np.zeros((n_sets, flat.shape[1]))
+    np.add.at(score, sets, contrib)
+    return np.argmax(score, axis=1)[sets]

@@ -1,0 +1,192 @@
+"""Weak learners for feature vectors: axis-aligned, oblique and conic (seeds/000 sec. 2.3.3, eq. 2.5).
+
+Parameter rows (float64, width fixed per kind):
+
+- axis:    ``[d]``, f(v) = v[d]
+- oblique: ``[d1, d2, w1, w2]``, f(v) = w1 u[d1] + w2 u[d2]
+- conic:   ``[d1, d2, c1, c2, a11, a12, a22]``, f(v) = (u - c)^T A (u - c) over the two dimensions
+
+where u = (v - mean) / std is the standardised input (the statistics of the training data, stored with the model),
+so random oblique and conic parameters are drawn on the scale of the data. With the two-sided test tau2 < f <= tau1
+a conic learner selects an elliptic or hyperbolic band, as in Fig. 2.4(c).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.forest.features import FeatureFamily
+from imageforest.forest.storage import ForestArrays
+
+AXIS, OBLIQUE, CONIC = 0, 1, 2
+KINDS = {"axis": AXIS, "oblique": OBLIQUE, "conic": CONIC}
+PARAM_WIDTH = {AXIS: 1, OBLIQUE: 4, CONIC: 7}
+
+
+@njit(cache=True, inline="always")
+def _response(kind: int, row: np.ndarray, x: np.ndarray, mean: np.ndarray, inv_std: np.ndarray) -> float:
+    if kind == AXIS:
+        return x[int(row[0])]
+    d1 = int(row[0])
+    d2 = int(row[1])
+    u1 = (x[d1] - mean[d1]) * inv_std[d1]
+    u2 = (x[d2] - mean[d2]) * inv_std[d2]
+    if kind == OBLIQUE:
+        return row[2] * u1 + row[3] * u2
+    e1 = u1 - row[2]
+    e2 = u2 - row[3]
+    return row[4] * e1 * e1 + 2.0 * row[5] * e1 * e2 + row[6] * e2 * e2
+
+
+@njit(cache=True, parallel=True)
+def _responses_kernel(kind, X, mean, inv_std, params, samples, pos_set):  # pragma: no cover - numba
+    m_total = samples.shape[0]
+    rho = params.shape[1]
+    out = np.empty((m_total, rho), dtype=np.float32)
+    for m in prange(m_total):
+        x = X[samples[m]]
+        s = pos_set[m]
+        for c in range(rho):
+            out[m, c] = np.float32(_response(kind, params[s, c], x, mean, inv_std))
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _apply_kernel(kind, X, mean, inv_std, params, thr_lo, thr_hi, child, tree_root):  # pragma: no cover
+    n = X.shape[0]
+    n_trees = tree_root.shape[0]
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for i in prange(n):
+        x = X[i]
+        for t in range(n_trees):
+            node = tree_root[t]
+            while child[node] >= 0:
+                f = np.float32(_response(kind, params[node], x, mean, inv_std))
+                if f > thr_lo[node] and f <= thr_hi[node]:
+                    node = child[node]
+                else:
+                    node = child[node] + 1
+            out[i, t] = -child[node] - 1
+    return out
+
+
+@njit(cache=True)
+def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - numba
+    """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n)."""
+    n_sets, k = u.shape
+    out = np.empty((n_sets, k), dtype=np.int64)
+    perm = np.empty(n, dtype=np.int64)
+    for s in range(n_sets):
+        for j in range(n):
+            perm[j] = j
+        for j in range(k):
+            r = j + min(int(u[s, j] * (n - j)), n - j - 1)
+            tmp = perm[j]
+            perm[j] = perm[r]
+            perm[r] = tmp
+            out[s, j] = perm[j]
+    return out
+
+
+class VectorFeatures(FeatureFamily):
+    """Axis-aligned, oblique or conic weak learners over float32 vectors (n_samples, n_features).
+
+    Parameters
+    ----------
+    kind : {"axis", "oblique", "conic"}
+    n_features : int
+    mean, std : (n_features,) arrays, optional
+        Standardisation of the inputs for oblique and conic learners (training statistics).
+    """
+
+    name = "vector"
+
+    def __init__(self, kind: str, n_features: int, mean: np.ndarray | None = None,
+                 std: np.ndarray | None = None) -> None:
+        if kind not in KINDS:
+            raise InvalidInputError(f"weak_learner must be one of {sorted(KINDS)}, got {kind!r}")
+        self.kind = kind
+        self.code = KINDS[kind]
+        self.n_features = int(n_features)
+        if self.code != AXIS and self.n_features < 2:
+            # An oblique or conic learner in one dimension degenerates to an axis test on a warped axis.
+            raise InvalidInputError(f"the {kind} weak learner needs at least 2 features, got {n_features}")
+        self.param_width = PARAM_WIDTH[self.code]
+        self.mean = np.zeros(n_features) if mean is None else np.asarray(mean, dtype=np.float64)
+        std = np.ones(n_features) if std is None else np.asarray(std, dtype=np.float64)
+        self.inv_std = 1.0 / np.where(std > 0, std, 1.0)
+
+    @classmethod
+    def for_data(cls, kind: str, X: np.ndarray) -> VectorFeatures:
+        """A family standardised on the training inputs X (n, d)."""
+        return cls(kind, X.shape[1], X.mean(axis=0, dtype=np.float64), X.std(axis=0, dtype=np.float64))
+
+    def max_candidates(self) -> int | None:
+        """Upper bound of distinct candidates (axis learners have one per feature), or None."""
+        return self.n_features if self.code == AXIS else None
+
+    def sample(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
+        d = self.n_features
+        out = np.zeros((n_sets, n_candidates, self.param_width))
+        if self.code == AXIS:
+            k = min(n_candidates, d)
+            dims = partial_shuffle(rng.random((n_sets, k)), d)
+            if k < n_candidates:  # more candidates than features: repeat features (thresholds still differ)
+                dims = np.tile(dims, (1, -(-n_candidates // k)))[:, :n_candidates]
+            out[:, :, 0] = dims
+            return out
+        flat = n_sets * n_candidates
+        dims = partial_shuffle(rng.random((flat, 2)), d).reshape(n_sets, n_candidates, 2)
+        out[:, :, :2] = dims
+        if self.code == OBLIQUE:
+            w = rng.standard_normal((n_sets, n_candidates, 2))
+            w /= np.maximum(np.linalg.norm(w, axis=2, keepdims=True), 1e-12)
+            out[:, :, 2:4] = w
+        else:
+            out[:, :, 2:4] = rng.uniform(-2.0, 2.0, (n_sets, n_candidates, 2))
+            a = rng.standard_normal((n_sets, n_candidates, 3))
+            a[:, :, 1] *= 0.5
+            out[:, :, 4:7] = a
+        return out
+
+    def responses(self, data, params, samples, pos_set):
+        return _responses_kernel(self.code, data, self.mean, self.inv_std, params, samples, pos_set)
+
+    def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
+        return _apply_kernel(self.code, data, self.mean, self.inv_std, forest.params, forest.thr_lo,
+                             forest.thr_hi, forest.child, forest.tree_root)
+
+    def importance_dims(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.code == AXIS:
+            return params[:, :1].astype(np.int64), np.ones((params.shape[0], 1))
+        dims = params[:, :2].astype(np.int64)
+        if self.code == OBLIQUE:
+            w = np.abs(params[:, 2:4])
+            share = w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+        else:
+            share = np.full((params.shape[0], 2), 0.5)
+        return dims, share
+
+    def to_spec(self) -> tuple[dict, dict[str, np.ndarray]]:
+        spec = {"name": self.name, "kind": self.kind, "n_features": self.n_features}
+        return spec, {"family.mean": self.mean, "family.inv_std": self.inv_std}
+
+    @classmethod
+    def from_spec(cls, spec: dict, arrays: dict[str, np.ndarray]) -> VectorFeatures:
+        fam = cls(spec["kind"], int(spec["n_features"]))
+        mean = np.asarray(arrays["family.mean"], dtype=np.float64)
+        inv_std = np.asarray(arrays["family.inv_std"], dtype=np.float64)
+        if mean.shape != (fam.n_features,) or inv_std.shape != (fam.n_features,):
+            raise ValueError("family statistics do not match n_features")
+        fam.mean, fam.inv_std = mean, inv_std
+        return fam
+
+    def validate_params(self, params: np.ndarray) -> bool:
+        """True when every stored parameter row reads only existing dimensions."""
+        if params.shape[1] != self.param_width:
+            return False
+        n_dims = 1 if self.code == AXIS else 2
+        dims = params[:, :n_dims]
+        return bool(np.all((dims >= 0) & (dims < self.n_features) & (dims == np.floor(dims))))
