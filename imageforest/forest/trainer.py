@@ -207,6 +207,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 node_set = np.arange(sp.size)
                 cand = family.sample(rng, sp.size, rho)
                 u = rng.random((sp.size, rho, K)) if K is not None else None
+            tie_u = rng.random(sp.size)
             sp_counts = counts[sp]
             breaks = None
             if fern:
@@ -237,7 +238,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                     if fern:
                         choice = _fern_choice(flat, node_w[nodes], sets)
                     else:
-                        choice = np.argmax(flat, axis=1)
+                        choice = _tie_broken_argmax(flat, tie_u[a:b])
                     best_gain = flat[np.arange(b - a), choice]
                     best_c, best_g = np.divmod(choice, configs.shape[0])
                     i_bin, j_bin = configs[best_g, 0], configs[best_g, 1]
@@ -249,7 +250,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 else:
                     g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, samples, w_pos, crit, labels,
                                                    targets, n_blocks, q, n_stats, reg, msl)
-                    best_c = np.argmax(g_tab, axis=1)
+                    best_c = _tie_broken_argmax(g_tab, tie_u[a:b])
                     best_gain = g_tab[np.arange(b - a), best_c]
                     lo_b = np.full(b - a, -np.inf, dtype=np.float32)
                     hi_b = t_tab[np.arange(b - a), best_c]
@@ -317,6 +318,20 @@ def _segment_weight(wts, seg_start, seg_end):  # pragma: no cover - numba
             acc += wts[m]
         out[s] = acc
     return out
+
+
+def _tie_broken_argmax(table: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Per row, the index of a best entry, chosen uniformly (by `u`) among entries tied for the best.
+
+    Equally good splits (every threshold inside an empty gap, say) must be picked at random, not always the
+    lowest: that is what makes forest posteriors ramp linearly across a gap (seeds/000 sec. 3.4).
+    """
+    best = table.max(axis=1)
+    tied = table >= (best - 1e-9 * np.abs(best))[:, None]
+    tied &= np.isfinite(table)
+    n_tied = tied.sum(axis=1)
+    k = np.minimum((u * n_tied).astype(np.int64), np.maximum(n_tied - 1, 0))
+    return np.argmax(np.cumsum(tied, axis=1) > k[:, None], axis=1)
 
 
 def _per_set_range(lo: np.ndarray, hi: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
