@@ -6,9 +6,9 @@ One engine (seeds/000, Criminisi, Shotton & Konukoglu's unified model) behind ev
 
 __version__ = "0.1.0"
 
-from imageforest.estimators.classification import ClassificationForest  # noqa: E402
-from imageforest.estimators.regression import RegressionForest  # noqa: E402
-from imageforest.exceptions import (  # noqa: E402
+from imageforest.estimators.classification import ClassificationForest
+from imageforest.estimators.regression import RegressionForest
+from imageforest.exceptions import (
     ImageForestError,
     InvalidInputError,
     ModelFormatError,

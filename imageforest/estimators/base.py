@@ -212,8 +212,10 @@ class BaseForest:
         """Write the fitted model to `path` (.npz with JSON metadata; atomic)."""
         self._check_fitted()
         spec, fam_arrays = self.family_.to_spec()
-        params = {k: v for k, v in self.get_params().items() if k not in ("random_state",)}
+        # n_jobs is how this machine ran, not part of the model: leaving it out keeps the bytes seed-determined.
+        params = {k: v for k, v in self.get_params().items() if k not in ("random_state", "n_jobs")}
         params["random_state"] = self.random_state if isinstance(self.random_state, (int, type(None))) else None
+        params = _jsonable(params)
         meta = {
             "task": self._task,
             "estimator": type(self).__name__,
@@ -263,3 +265,14 @@ def _node_trees(forest: ForestArrays) -> np.ndarray:
         tree[left] = tree[nodes]
         tree[left + 1] = tree[nodes]
     return tree
+
+
+def _jsonable(value: Any) -> Any:
+    """Hyper-parameters as plain JSON values (numpy scalars to Python, dict keys to strings)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -130,6 +130,7 @@ class ClassificationForest(BaseForest):
 
     def predict(self, X) -> np.ndarray:
         """Most probable class per sample, shape (n_samples,)."""
+        self._check_fitted()
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def predict_entropy(self, X) -> np.ndarray:

@@ -51,7 +51,7 @@ class ForestGaussianMixture:
         """Joint log density of one target per point, y of shape (n, d); returns (n,)."""
         y = np.asarray(y, dtype=np.float64).reshape(self.means.shape[0], -1)
         diff = y[:, None, :] - self.means
-        sign, logdet = np.linalg.slogdet(self.covs)
+        _, logdet = np.linalg.slogdet(self.covs)
         sol = np.linalg.solve(self.covs, diff[..., None])[..., 0]
         quad = np.einsum("ntd,ntd->nt", diff, sol)
         d = self.n_outputs

@@ -7,7 +7,13 @@ import numpy as np
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.mixture import ForestGaussianMixture
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.leaf_models import constant_mean, gaussian_leaves, linear_components, linear_leaves
+from imageforest.forest.leaf_models import (
+    constant_mean,
+    gaussian_leaves,
+    linear_components,
+    linear_leaves,
+    shrunk_noise,
+)
 from imageforest.forest.objectives import Objective
 from imageforest.validation import check_targets
 
@@ -79,8 +85,9 @@ class RegressionForest(BaseForest):
         floor = VAR_FLOOR * np.where(var > 0, var, 1.0)
         with numba_threads(self.n_jobs):
             if self.leaf_model == "linear":
-                self.leaf_x_mean_, self.leaf_coef_, self.leaf_a_inv_, self.leaf_noise_ = linear_leaves(
-                    grown.order, grown.wts, X, Y, grown.leaf_start, grown.leaf_end, LINEAR_RIDGE, floor)
+                self.leaf_x_mean_, self.leaf_coef_, self.leaf_a_inv_, ssr, dof = linear_leaves(
+                    grown.order, grown.wts, X, Y, grown.leaf_start, grown.leaf_end, LINEAR_RIDGE)
+                self.leaf_noise_ = shrunk_noise(ssr, dof, X.shape[1] + 2.0, floor)
             else:
                 self.leaf_mean_, self.leaf_cov_ = gaussian_leaves(grown.order, grown.wts, Y, grown.leaf_start,
                                                                   grown.leaf_end, floor)

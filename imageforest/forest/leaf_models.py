@@ -102,7 +102,7 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pr
 
 
 @njit(cache=True, parallel=True)
-def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor):  # pragma: no cover - numba
+def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragma: no cover - numba
     """Probabilistic-linear fit per leaf.
 
     Returns
@@ -110,7 +110,8 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor
     x_mean : (n_leaves, p) leaf input centre
     coef : (n_leaves, p + 1, d) hyperplane over [x - x_mean, 1]
     a_inv : (n_leaves, p + 1, p + 1) inverse of the (ridge-regularised) weighted design Gram matrix
-    noise : (n_leaves, d, d) residual covariance (plus `var_floor` on the diagonal)
+    ssr : (n_leaves, d, d) weighted sum of squared residuals
+    dof : (n_leaves,) residual degrees of freedom, max(W - p - 1, 0)
     """
     n_leaves = leaf_start.shape[0]
     p = X.shape[1]
@@ -119,6 +120,7 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor
     coef = np.zeros((n_leaves, p + 1, d))
     a_inv = np.zeros((n_leaves, p + 1, p + 1))
     noise = np.zeros((n_leaves, d, d))
+    dofs = np.zeros(n_leaves)
     for leaf in prange(n_leaves):
         s0 = leaf_start[leaf]
         s1 = leaf_end[leaf]
@@ -149,7 +151,7 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor
         a_inv[leaf] = inv
         beta = inv @ rhs
         coef[leaf] = beta
-        dof = max(w_sum - (p + 1), 1.0)
+        dofs[leaf] = max(w_sum - (p + 1), 0.0)
         for m in range(s0, s1):
             i = order[m]
             w = wts[m]
@@ -165,11 +167,24 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge, var_floor
             for a in range(d):
                 for b in range(d):
                     noise[leaf, a, b] += w * r[a] * r[b]
-        for a in range(d):
-            for b in range(d):
-                noise[leaf, a, b] /= dof
-            noise[leaf, a, a] += var_floor[a]
-    return x_mean, coef, a_inv, noise
+    return x_mean, coef, a_inv, noise, dofs
+
+
+def shrunk_noise(ssr: np.ndarray, dof: np.ndarray, prior_strength: float, var_floor: np.ndarray) -> np.ndarray:
+    """Leaf residual covariances shrunk toward the forest's pooled residual covariance.
+
+    A leaf with a handful of points fits its line almost exactly, and its raw residual variance would claim a
+    certainty the data do not support. Treating the pooled covariance as a prior worth `prior_strength`
+    observations gives (SSR_l + k S_pooled) / (dof_l + k), the usual conjugate estimate.
+
+    Parameters
+    ----------
+    ssr : (n_leaves, d, d); dof : (n_leaves,); var_floor : (d,)
+    """
+    pooled = ssr.sum(axis=0) / max(dof.sum(), 1.0)
+    noise = (ssr + prior_strength * pooled) / (dof + prior_strength)[:, None, None]
+    noise[:, np.arange(ssr.shape[1]), np.arange(ssr.shape[1])] += var_floor
+    return noise
 
 
 @njit(cache=True, parallel=True)

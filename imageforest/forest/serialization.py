@@ -7,6 +7,7 @@ target folder, then rename), so a crash never leaves half a model behind.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -47,7 +48,21 @@ def save_model(path: str | os.PathLike, metadata: dict, arrays: dict[str, np.nda
     for key, value in payload.items():
         if np.asarray(value).dtype == object:
             raise TypeError(f"array '{key}' has dtype object; models hold plain arrays only")
-    atomic_write(path, lambda fh: np.savez_compressed(fh, **payload))
+    atomic_write(path, lambda fh: _write_npz(fh, payload))
+
+
+def _write_npz(fh, arrays: dict[str, np.ndarray]) -> None:
+    """A compressed .npz whose bytes depend on the arrays only (fixed entry timestamps, sorted names).
+
+    numpy's own writer stamps each entry with the current time, so two identical models would differ.
+    """
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key in sorted(arrays):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asarray(arrays[key]), allow_pickle=False)
+            info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, buf.getvalue())
 
 
 def load_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
