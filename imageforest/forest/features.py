@@ -37,6 +37,10 @@ class FeatureFamily(ABC):
     def sample(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
         """Draw candidate parameter rows, shape (n_sets, n_candidates, param_width), float64."""
 
+    def training_data(self, data: Any) -> Any:
+        """The layout of `data` that `responses` reads fastest; called once per fit (default: unchanged)."""
+        return data
+
     @abstractmethod
     def responses(
         self, data: Any, params: np.ndarray, samples: np.ndarray, pos_set: np.ndarray
@@ -52,7 +56,7 @@ class FeatureFamily(ABC):
 
         Returns
         -------
-        (M, rho) float32
+        (rho, M) float32, candidate-major
         """
 
     @abstractmethod

@@ -3,11 +3,15 @@
 Two strategies, both one pass over each candidate's responses:
 
 - binned: K thresholds per candidate (random in the node's response range, Sherwood-style); responses fall into
-  K + 1 bins whose statistics are prefix-summed, so every partition "bins [i, j) go left" costs O(S). One-sided tests
-  use i = 0; two-sided (band) tests use every i < j.
+  K + 1 bins whose statistics are prefix-summed, so every partition "bins [i, j) go left" costs O(S).
+  One-sided tests use i = 0; two-sided (band) tests use every i < j.
 - exhaustive: responses sorted; every boundary between distinct values is scored (one-sided only).
 
 Positions m index a chunk of the trainer's point order: node s owns positions [seg_start[s], seg_end[s]).
+Responses are candidate-major, (rho, M), so each (node, candidate) scan reads contiguous memory.
+
+Deep levels hold millions of tiny (node, candidate) pairs, so the kernels hand pairs to a fixed number of work
+blocks (pair p goes to block p % N_WORK_BLOCKS) and each block allocates its scratch once.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from imageforest.forest.objectives import accumulate, weighted_impurity
+from imageforest.forest.objectives import GINI, accumulate, weighted_impurity
+
+N_WORK_BLOCKS = 256
+LINEAR_BIN_MAX = 32
 
 
 def partition_configs(n_thresholds: int, two_sided: bool) -> np.ndarray:
@@ -31,7 +38,7 @@ def partition_configs(n_thresholds: int, two_sided: bool) -> np.ndarray:
 def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
     """Per node and candidate, the smallest and largest response: two (n_nodes, rho) float32 arrays."""
     n_nodes = seg_start.shape[0]
-    rho = resp.shape[1]
+    rho = resp.shape[0]
     lo = np.empty((n_nodes, rho), dtype=np.float32)
     hi = np.empty((n_nodes, rho), dtype=np.float32)
     for pair in prange(n_nodes * rho):
@@ -40,14 +47,53 @@ def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
         a = np.float32(np.inf)
         b = np.float32(-np.inf)
         for m in range(seg_start[s], seg_end[s]):
-            v = resp[m, c]
-            if v < a:
-                a = v
-            if v > b:
-                b = v
+            v = resp[c, m]
+            a = min(a, v)
+            b = max(b, v)
         lo[s, c] = a
         hi[s, c] = b
     return lo, hi
+
+
+@njit(cache=True)
+def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_blocks, q, cum,
+              ccount):  # pragma: no cover - numba
+    """Fill cum[b + 1] / ccount[b + 1] with the statistics of bin b, then prefix-sum; returns the total weight.
+
+    After the prefix sum, bins [i, j) hold cum[j] - cum[i].
+    """
+    k = thr.shape[0]
+    cum[:] = 0.0
+    ccount[:] = 0
+    w_node = 0.0
+    for m in range(m0, m1):
+        v = resp_c[m]
+        # bin = number of thresholds strictly below v. A branch-free count beats binary search for small K: the
+        # comparisons are coin flips on random data, so a branching search mispredicts about every other step.
+        if k <= LINEAR_BIN_MAX:
+            b = 0
+            for j in range(k):
+                b += thr[j] < v
+        else:
+            b = 0
+            hi = k
+            while b < hi:
+                mid = (b + hi) >> 1
+                if thr[mid] < v:
+                    b = mid + 1
+                else:
+                    hi = mid
+        if criterion <= GINI:  # the common case, without building a row view per point
+            cum[b + 1, labels[samples[m]]] += wts[m]
+        else:
+            accumulate(cum[b + 1], samples[m], wts[m], criterion, labels, targets, n_blocks, q)
+        ccount[b + 1] += 1
+        w_node += wts[m]
+    for b in range(1, k + 2):
+        ccount[b] += ccount[b - 1]
+        for j in range(cum.shape[1]):
+            cum[b, j] += cum[b - 1, j]
+    return w_node
 
 
 @njit(cache=True, parallel=True)
@@ -57,9 +103,9 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
 
     Parameters
     ----------
-    resp : (M, rho) float32
+    resp : (rho, M) float32
     seg_start, seg_end : (n_nodes,) int64
-    samples : (M,) int32 point index per position; wts : (M,) float64 weight per position
+    samples : (M,) int32 row of `labels`/`targets` per position; wts : (M,) float64 weight per position
     thresholds : (n_nodes, rho, K) float32, ascending along the last axis
     configs : (B, 2) int64 from `partition_configs`
 
@@ -70,50 +116,72 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
     n_nodes, rho, k = thresholds.shape
     n_cfg = configs.shape[0]
     out = np.full((n_nodes, rho, n_cfg), -np.inf)
-    for pair in prange(n_nodes * rho):
-        s = pair // rho
-        c = pair % rho
-        thr = thresholds[s, c]
-        cum = np.zeros((k + 2, n_stats))
-        ccount = np.zeros(k + 2, dtype=np.int64)
+    n_pairs = n_nodes * rho
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    for blk in prange(n_work):
+        cum = np.empty((k + 2, n_stats))
+        ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
-        w_node = 0.0
-        for m in range(seg_start[s], seg_end[s]):
-            v = resp[m, c]
-            lo = 0
-            hi = k
-            while lo < hi:  # bin = number of thresholds strictly below v
-                mid = (lo + hi) >> 1
-                if thr[mid] < v:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            accumulate(cum[lo + 1], samples[m], wts[m], criterion, labels, targets, n_blocks, q)
-            ccount[lo + 1] += 1
-            w_node += wts[m]
-        for b in range(1, k + 2):
-            ccount[b] += ccount[b - 1]
-            for j in range(n_stats):
-                cum[b, j] += cum[b - 1, j]
-        n_total = ccount[k + 1]
-        if w_node <= 0.0:
-            continue
-        parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work)
         left = np.empty(n_stats)
         right = np.empty(n_stats)
-        for g in range(n_cfg):
-            i = configs[g, 0]
-            j = configs[g, 1]
-            n_left = ccount[j] - ccount[i]
-            if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+        for pair in range(blk, n_pairs, n_work):
+            s = pair // rho
+            c = pair % rho
+            w_node = _bin_pair(resp[c], seg_start[s], seg_end[s], thresholds[s, c], samples, wts, criterion,
+                               labels, targets, n_blocks, q, cum, ccount)
+            if w_node <= 0.0:
                 continue
-            for t in range(n_stats):
-                left[t] = cum[j, t] - cum[i, t]
-                right[t] = cum[k + 1, t] - left[t]
-            child = weighted_impurity(left, criterion, n_blocks, q, reg, work)
-            child += weighted_impurity(right, criterion, n_blocks, q, reg, work)
-            out[s, c, g] = (parent - child) / w_node
+            n_total = ccount[k + 1]
+            parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work)
+            for g in range(n_cfg):
+                i = configs[g, 0]
+                j = configs[g, 1]
+                n_left = ccount[j] - ccount[i]
+                if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+                    continue
+                for t in range(n_stats):
+                    left[t] = cum[j, t] - cum[i, t]
+                    right[t] = cum[k + 1, t] - left[t]
+                child = weighted_impurity(left, criterion, n_blocks, q, reg, work)
+                child += weighted_impurity(right, criterion, n_blocks, q, reg, work)
+                out[s, c, g] = (parent - child) / w_node
     return out
+
+
+@njit(cache=True)
+def _best_sorted_split(resp_c, a, n, samples, wts, criterion, labels, targets, n_blocks, q, reg, min_samples_leaf,
+                       vals, total, left, right, work):  # pragma: no cover - numba
+    """Best one-sided split of positions [a, a + n) of one candidate: (gain, threshold)."""
+    for m in range(n):
+        vals[m] = resp_c[a + m]
+    idx = np.argsort(vals[:n])
+    total[:] = 0.0
+    left[:] = 0.0
+    w_node = 0.0
+    for m in range(n):
+        accumulate(total, samples[a + m], wts[a + m], criterion, labels, targets, n_blocks, q)
+        w_node += wts[a + m]
+    best = -np.inf
+    best_thr = np.float32(0.0)
+    if w_node <= 0.0:
+        return best, best_thr
+    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work)
+    for r in range(n - 1):
+        m = a + idx[r]
+        accumulate(left, samples[m], wts[m], criterion, labels, targets, n_blocks, q)
+        v0 = vals[idx[r]]
+        v1 = vals[idx[r + 1]]
+        if v1 <= v0 or r + 1 < min_samples_leaf or n - r - 1 < min_samples_leaf:
+            continue
+        for t in range(total.shape[0]):
+            right[t] = total[t] - left[t]
+        g = (parent - weighted_impurity(left, criterion, n_blocks, q, reg, work)
+             - weighted_impurity(right, criterion, n_blocks, q, reg, work)) / w_node
+        if g > best:
+            best = g
+            mid = np.float32(0.5 * (np.float64(v0) + np.float64(v1)))
+            best_thr = mid if mid < v1 else v0  # v0 <= thr < v1 exactly in float32
+    return best, best_thr
 
 
 @njit(cache=True, parallel=True)
@@ -127,50 +195,30 @@ def exhaustive_best(resp, seg_start, seg_end, samples, wts, criterion, labels, t
     threshold : (n_nodes, rho) float32; a point goes left when its response <= threshold
     """
     n_nodes = seg_start.shape[0]
-    rho = resp.shape[1]
+    rho = resp.shape[0]
     gain = np.full((n_nodes, rho), -np.inf)
     threshold = np.zeros((n_nodes, rho), dtype=np.float32)
-    for pair in prange(n_nodes * rho):
-        s = pair // rho
-        c = pair % rho
-        a = seg_start[s]
-        n = seg_end[s] - a
-        if n < 2 * min_samples_leaf:
-            continue
-        vals = np.empty(n, dtype=np.float32)
-        for m in range(n):
-            vals[m] = resp[a + m, c]
-        idx = np.argsort(vals)
-        work = np.empty((max(q, 1), max(q, 1)))
-        total = np.zeros(n_stats)
-        w_node = 0.0
-        for m in range(n):
-            accumulate(total, samples[a + m], wts[a + m], criterion, labels, targets, n_blocks, q)
-            w_node += wts[a + m]
-        if w_node <= 0.0:
-            continue
-        parent = weighted_impurity(total, criterion, n_blocks, q, reg, work)
-        left = np.zeros(n_stats)
+    n_pairs = n_nodes * rho
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    longest = 0
+    for s in range(n_nodes):
+        longest = max(longest, seg_end[s] - seg_start[s])
+    for blk in prange(n_work):
+        vals = np.empty(longest, dtype=np.float32)
+        total = np.empty(n_stats)
+        left = np.empty(n_stats)
         right = np.empty(n_stats)
-        best = -np.inf
-        best_thr = np.float32(0.0)
-        for r in range(n - 1):
-            m = a + idx[r]
-            accumulate(left, samples[m], wts[m], criterion, labels, targets, n_blocks, q)
-            v0 = vals[idx[r]]
-            v1 = vals[idx[r + 1]]
-            if v1 <= v0 or r + 1 < min_samples_leaf or n - r - 1 < min_samples_leaf:
+        work = np.empty((max(q, 1), max(q, 1)))
+        for pair in range(blk, n_pairs, n_work):
+            s = pair // rho
+            c = pair % rho
+            n = seg_end[s] - seg_start[s]
+            if n < 2 * min_samples_leaf:
                 continue
-            for t in range(n_stats):
-                right[t] = total[t] - left[t]
-            g = (parent - weighted_impurity(left, criterion, n_blocks, q, reg, work)
-                 - weighted_impurity(right, criterion, n_blocks, q, reg, work)) / w_node
-            if g > best:
-                best = g
-                mid = np.float32(0.5 * (np.float64(v0) + np.float64(v1)))
-                best_thr = mid if mid < v1 else v0  # v0 <= thr < v1 exactly in float32
-        gain[s, c] = best
-        threshold[s, c] = best_thr
+            g, t = _best_sorted_split(resp[c], seg_start[s], n, samples, wts, criterion, labels, targets,
+                                      n_blocks, q, reg, min_samples_leaf, vals, total, left, right, work)
+            gain[s, c] = g
+            threshold[s, c] = t
     return gain, threshold
 
 
@@ -184,33 +232,36 @@ def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, be
     """
     n_nodes = seg_start.shape[0]
     n_left = np.zeros(n_nodes, dtype=np.int64)
+    m_total = seg_end[n_nodes - 1] if n_nodes else 0
+    # One chunk-wide buffer; node s uses its own slice [seg_start[s], seg_end[s]).
+    tmp_o = np.empty(m_total, dtype=order.dtype)
+    tmp_w = np.empty(m_total, dtype=wts.dtype)
     for s in prange(n_nodes):
         if not split[s]:
             continue
         n = seg_end[s] - seg_start[s]
         g0 = positions_start[s]
+        b0 = seg_start[s]
         c = best_cand[s]
         lo = thr_lo[s]
         hi = thr_hi[s]
-        tmp_o = np.empty(n, dtype=order.dtype)
-        tmp_w = np.empty(n, dtype=wts.dtype)
         nl = 0
         for m in range(n):
-            v = resp[seg_start[s] + m, c]
+            v = resp[c, b0 + m]
             if v > lo and v <= hi:
-                tmp_o[nl] = order[g0 + m]
-                tmp_w[nl] = wts[g0 + m]
+                tmp_o[b0 + nl] = order[g0 + m]
+                tmp_w[b0 + nl] = wts[g0 + m]
                 nl += 1
         nr = nl
         for m in range(n):
-            v = resp[seg_start[s] + m, c]
+            v = resp[c, b0 + m]
             if not (v > lo and v <= hi):
-                tmp_o[nr] = order[g0 + m]
-                tmp_w[nr] = wts[g0 + m]
+                tmp_o[b0 + nr] = order[g0 + m]
+                tmp_w[b0 + nr] = wts[g0 + m]
                 nr += 1
         for m in range(n):
-            order[g0 + m] = tmp_o[m]
-            wts[g0 + m] = tmp_w[m]
+            order[g0 + m] = tmp_o[b0 + m]
+            wts[g0 + m] = tmp_w[b0 + m]
         n_left[s] = nl
     return n_left
 

@@ -35,6 +35,8 @@ from imageforest.forest.storage import ForestArrays
 
 # Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
 RESPONSE_BUDGET = 1 << 24
+# Regression targets with at most this many outputs are copied per chunk rather than read indirectly.
+GATHER_MAX_OUTPUTS = 8
 
 
 @dataclass
@@ -125,21 +127,21 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
 
 
 def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None) -> list[tuple[int, int]]:
-    """Split the frontier into consecutive node ranges whose responses fit the budget.
+    """Split the frontier into consecutive node ranges whose responses fit the budget (one node at least).
 
     `breaks` (bool per node) marks nodes a chunk may start at (ferns: first node of a tree).
     """
+    ends = np.cumsum(counts * rho)
+    starts_ok = np.flatnonzero(breaks) if breaks is not None else None
     out = []
-    n = counts.size
-    a = 0
+    a, n = 0, counts.size
     while a < n:
-        b = a
-        used = 0
-        while b < n and (b == a or used + counts[b] * rho <= RESPONSE_BUDGET or (breaks is not None
-                                                                                   and not breaks[b])):
-            used += counts[b] * rho
-            b += 1
-        out.append((a, b))
+        base = ends[a - 1] if a else 0
+        b = max(int(np.searchsorted(ends, base + RESPONSE_BUDGET, side="right")), a + 1)
+        if starts_ok is not None and b < n and not breaks[b]:
+            nxt = np.searchsorted(starts_ok, b)
+            b = int(starts_ok[nxt]) if nxt < starts_ok.size else n
+        out.append((a, min(b, n)))
         a = b
     return out
 
@@ -167,6 +169,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     labels, targets, reg = objective.labels, objective.targets, objective.reg
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
+    data = family.training_data(data)
 
     # Frontier: node ids are contiguous per level, and ordered by tree.
     f_start = bounds[:-1].copy()
@@ -215,6 +218,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 breaks[1:] = node_set[1:] != node_set[:-1]
             for a, b in _chunks(sp_counts, rho, breaks):
                 nodes = sp[a:b]
+                idx = np.arange(b - a)
                 c_counts = sp_counts[a:b]
                 seg_end = np.cumsum(c_counts)
                 seg_start = seg_end - c_counts
@@ -226,40 +230,47 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 node_params = cand[sets]
                 resp = family.responses(data, node_params, samples, pos_node)
                 w_pos = wts[positions]
+                # Gathering targets once per chunk turns every candidate's scan into sequential reads.
+                if targets.shape[1] <= GATHER_MAX_OUTPUTS:
+                    lab_c = labels[samples] if labels.size else labels
+                    tgt_c = targets[samples] if targets.size else targets
+                    rows = np.arange(m_total, dtype=np.int32)
+                else:
+                    lab_c, tgt_c, rows = labels, targets, samples
                 if K is not None:
                     lo, hi = segment_min_max(resp, seg_start, seg_end)
                     if fern:
                         lo, hi = _per_set_range(lo, hi, sets)
                     thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
                     thr.sort(axis=2)
-                    table = binned_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
-                                              labels, targets, n_blocks, q, n_stats, reg, msl)
+                    table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
+                                              lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
                     flat = table.reshape(b - a, -1)
                     if fern:
                         choice = _fern_choice(flat, node_w[nodes], sets)
                     else:
                         choice = _tie_broken_argmax(flat, tie_u[a:b])
-                    best_gain = flat[np.arange(b - a), choice]
+                    best_gain = flat[idx, choice]
                     best_c, best_g = np.divmod(choice, configs.shape[0])
                     i_bin, j_bin = configs[best_g, 0], configs[best_g, 1]
-                    t_node = thr[np.arange(b - a), best_c]
+                    t_node = thr[idx, best_c]
                     padded = np.concatenate([np.full((b - a, 1), -np.inf, np.float32), t_node,
                                              np.full((b - a, 1), np.inf, np.float32)], axis=1)
-                    lo_b = padded[np.arange(b - a), i_bin]
-                    hi_b = padded[np.arange(b - a), j_bin]
+                    lo_b = padded[idx, i_bin]
+                    hi_b = padded[idx, j_bin]
                 else:
-                    g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, samples, w_pos, crit, labels,
-                                                   targets, n_blocks, q, n_stats, reg, msl)
+                    g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
+                                                   n_blocks, q, n_stats, reg, msl)
                     best_c = _tie_broken_argmax(g_tab, tie_u[a:b])
-                    best_gain = g_tab[np.arange(b - a), best_c]
+                    best_gain = g_tab[idx, best_c]
                     lo_b = np.full(b - a, -np.inf, dtype=np.float32)
-                    hi_b = t_tab[np.arange(b - a), best_c]
+                    hi_b = t_tab[idx, best_c]
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                 nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
                                         best_c.astype(np.int64), lo_b, hi_b, ok)
                 split[nodes] = ok
                 n_left[nodes] = nl
-                params[nodes] = np.where(ok[:, None], node_params[np.arange(b - a), best_c], 0.0)
+                params[nodes] = np.where(ok[:, None], node_params[idx, best_c], 0.0)
                 thr_lo[nodes] = np.where(ok, lo_b, -np.inf)
                 thr_hi[nodes] = np.where(ok, hi_b, np.inf)
                 gain[nodes] = np.where(ok, best_gain, 0.0)

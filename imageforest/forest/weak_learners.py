@@ -44,12 +44,26 @@ def _response(kind: int, row: np.ndarray, x: np.ndarray, mean: np.ndarray, inv_s
 def _responses_kernel(kind, X, mean, inv_std, params, samples, pos_set):  # pragma: no cover - numba
     m_total = samples.shape[0]
     rho = params.shape[1]
-    out = np.empty((m_total, rho), dtype=np.float32)
+    out = np.empty((rho, m_total), dtype=np.float32)
     for m in prange(m_total):
         x = X[samples[m]]
         s = pos_set[m]
         for c in range(rho):
-            out[m, c] = np.float32(_response(kind, params[s, c], x, mean, inv_std))
+            out[c, m] = np.float32(_response(kind, params[s, c], x, mean, inv_std))
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - numba
+    """Axis learners are a plain gather from the feature-major copy: out[c, m] = XT[dims[set, c], samples[m]]."""
+    m_total = samples.shape[0]
+    rho = dims.shape[1]
+    out = np.empty((rho, m_total), dtype=np.float32)
+    for m in prange(m_total):
+        i = samples[m]
+        s = pos_set[m]
+        for c in range(rho):
+            out[c, m] = XT[dims[s, c], i]
     return out
 
 
@@ -151,7 +165,14 @@ class VectorFeatures(FeatureFamily):
             out[:, :, 4:7] = a
         return out
 
+    def training_data(self, data: np.ndarray) -> np.ndarray:
+        # A node's sample indices stay ascending (partitions are stable), so reading one feature of them walks a
+        # feature-major row forward: far fewer cache lines than picking a few floats out of every sample row.
+        return np.ascontiguousarray(data.T) if self.code == AXIS else data
+
     def responses(self, data, params, samples, pos_set):
+        if self.code == AXIS:
+            return _axis_responses_kernel(data, params[:, :, 0].astype(np.int64), samples, pos_set)
         return _responses_kernel(self.code, data, self.mean, self.inv_std, params, samples, pos_set)
 
     def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
