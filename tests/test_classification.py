@@ -92,8 +92,7 @@ def test_ferns_share_one_test_per_level():
     X, y = spirals(100, 2, seed=8)
     forest = ClassificationForest(n_trees=3, structure="fern", max_depth=4, random_state=0).fit(X, y)
     f = forest.forest_
-    from imageforest.estimators.base import _node_trees
-    tree = _node_trees(f)
+    tree = f.node_tree()
     split = f.child >= 0
     for t in range(3):
         for d in range(4):

@@ -190,7 +190,7 @@ class BaseForest:
         f = self.forest_
         split = np.flatnonzero(f.child >= 0)
         root_w = f.weight[f.tree_root]
-        tree_of_node = _node_trees(f)
+        tree_of_node = f.node_tree()
         contrib = f.gain[split] * f.weight[split] / root_w[tree_of_node[split]]
         dims, share = self.family_.importance_dims(f.params[split])
         imp = np.zeros(self.family_.n_features)
@@ -251,20 +251,6 @@ class BaseForest:
         except (KeyError, TypeError, ValueError, InvalidInputError) as exc:
             raise ModelFormatError(f"{path}: inconsistent model file ({exc})") from None
         return est
-
-
-def _node_trees(forest: ForestArrays) -> np.ndarray:
-    """Tree index of every node, propagated from the roots down the child links (vectorised per level)."""
-    tree = np.full(forest.n_nodes, -1, dtype=np.int64)
-    tree[forest.tree_root] = np.arange(forest.n_trees)
-    split = np.flatnonzero(forest.child >= 0)
-    # Parents precede their children, so walking the levels top-down labels every node.
-    for depth in range(forest.max_depth + 1):
-        nodes = split[forest.depth[split] == depth]
-        left = forest.child[nodes]
-        tree[left] = tree[nodes]
-        tree[left + 1] = tree[nodes]
-    return tree
 
 
 def _jsonable(value: Any) -> Any:

@@ -57,6 +57,64 @@ class ForestArrays:
     leaf_node: np.ndarray
     leaf_tree: np.ndarray
 
+    def node_tree(self) -> np.ndarray:
+        """Tree index of every node, (n_nodes,) int64, propagated from the roots level by level."""
+        tree = np.full(self.n_nodes, -1, dtype=np.int64)
+        tree[self.tree_root] = np.arange(self.n_trees)
+        split = np.flatnonzero(self.child >= 0)
+        split_depth = self.depth[split]
+        for d in range(self.max_depth + 1):  # parents precede children: top-down labels every node
+            nodes = split[split_depth == d]
+            tree[self.child[nodes]] = tree[nodes]
+            tree[self.child[nodes] + 1] = tree[nodes]
+        return tree
+
+    def packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """Traversal table and roots for `apply`: ((n_nodes, 4 + param_width) float64, (T,) int32).
+
+        Rows are ``[left, right, thr_lo, thr_hi, params...]`` (``left = -leaf_id - 1`` at leaves), so a visit reads
+        one cache line, and nodes are laid out depth-first per tree (storage interleaves trees level by level), so
+        a root-to-leaf path stays local and one tree stays in cache while all points descend it. Child ids and
+        float32 thresholds are exact in float64. Derived, never saved; built once per forest.
+        """
+        cached = self.__dict__.get("_packed")
+        if cached is None:
+            pos = self._preorder_positions()
+            n = self.n_nodes
+            table = np.empty((n, 4 + self.params.shape[1]))
+            split = self.child >= 0
+            left = np.where(split, 0, self.child).astype(np.float64)
+            right = np.zeros(n)
+            left[split] = pos[self.child[split]]
+            right[split] = pos[self.child[split] + 1]
+            table[pos, 0] = left
+            table[pos, 1] = right
+            table[pos, 2] = self.thr_lo
+            table[pos, 3] = self.thr_hi
+            table[pos, 4:] = self.params
+            cached = (table, pos[self.tree_root].astype(np.int32))
+            self.__dict__["_packed"] = cached
+        return cached
+
+    def _preorder_positions(self) -> np.ndarray:
+        """Depth-first (preorder) position of every node, trees one after another; vectorised per level."""
+        n = self.n_nodes
+        split = np.flatnonzero(self.child >= 0)
+        split_depth = self.depth[split]
+        size = np.ones(n, dtype=np.int64)
+        for d in range(self.max_depth, -1, -1):  # subtree sizes, bottom-up
+            nodes = split[split_depth == d]
+            size[nodes] = 1 + size[self.child[nodes]] + size[self.child[nodes] + 1]
+        pos = np.empty(n, dtype=np.int64)
+        tree_sizes = size[self.tree_root]
+        pos[self.tree_root] = np.concatenate([[0], np.cumsum(tree_sizes)[:-1]])
+        for d in range(self.max_depth + 1):  # positions, top-down: left right after its parent
+            nodes = split[split_depth == d]
+            left = self.child[nodes]
+            pos[left] = pos[nodes] + 1
+            pos[left + 1] = pos[nodes] + 1 + size[left]
+        return pos
+
     @property
     def n_nodes(self) -> int:
         return int(self.child.shape[0])

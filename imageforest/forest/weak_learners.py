@@ -68,21 +68,28 @@ def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - nu
 
 
 @njit(cache=True, parallel=True)
-def _apply_kernel(kind, X, mean, inv_std, params, thr_lo, thr_hi, child, tree_root):  # pragma: no cover
+def _apply_kernel(kind, X, mean, inv_std, packed, tree_root):  # pragma: no cover - numba
+    """Leaf id per (point, tree); `packed` rows are [left, right, thr_lo, thr_hi, params...] (ForestArrays.packed).
+
+    Trees are the outer loop: all points descend one tree while its nodes sit in cache, instead of every point
+    walking the whole forest (which does not fit in cache for large models).
+    """
     n = X.shape[0]
     n_trees = tree_root.shape[0]
     out = np.empty((n, n_trees), dtype=np.int32)
-    for i in prange(n):
-        x = X[i]
-        for t in range(n_trees):
-            node = tree_root[t]
-            while child[node] >= 0:
-                f = np.float32(_response(kind, params[node], x, mean, inv_std))
-                if f > thr_lo[node] and f <= thr_hi[node]:
-                    node = child[node]
+    for t in range(n_trees):
+        root = tree_root[t]
+        for i in prange(n):
+            x = X[i]
+            node = root
+            while packed[node, 0] >= 0.0:
+                if kind == AXIS:
+                    f = np.float64(x[int(packed[node, 4])])
                 else:
-                    node = child[node] + 1
-            out[i, t] = -child[node] - 1
+                    f = np.float64(np.float32(_response(kind, packed[node, 4:], x, mean, inv_std)))
+                go_left = f > packed[node, 2] and f <= packed[node, 3]
+                node = int(packed[node, 0]) if go_left else int(packed[node, 1])
+            out[i, t] = -int(packed[node, 0]) - 1
     return out
 
 
@@ -176,8 +183,8 @@ class VectorFeatures(FeatureFamily):
         return _responses_kernel(self.code, data, self.mean, self.inv_std, params, samples, pos_set)
 
     def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
-        return _apply_kernel(self.code, data, self.mean, self.inv_std, forest.params, forest.thr_lo,
-                             forest.thr_hi, forest.child, forest.tree_root)
+        table, roots = forest.packed()
+        return _apply_kernel(self.code, data, self.mean, self.inv_std, table, roots)
 
     def importance_dims(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.code == AXIS:
