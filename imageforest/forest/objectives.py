@@ -134,7 +134,7 @@ def _half_logdet_cov(row, base, q, reg, work):  # pragma: no cover - numba
     return half_logdet
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def weighted_impurity(row, criterion, n_blocks, q, reg, work):  # pragma: no cover - numba
     """W * H for the statistics vector `row` (W = the set's weight in each block)."""
     if criterion <= GINI:

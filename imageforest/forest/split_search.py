@@ -55,7 +55,7 @@ def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
     return lo, hi
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_blocks, q, cum,
               ccount):  # pragma: no cover - numba
     """Fill cum[b + 1] / ccount[b + 1] with the statistics of bin b, then prefix-sum; returns the total weight.
@@ -83,8 +83,14 @@ def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_b
                     b = mid + 1
                 else:
                     hi = mid
-        if criterion <= GINI:  # the common case, without building a row view per point
+        if criterion <= GINI:  # the common cases first, without building a row view per point
             cum[b + 1, labels[samples[m]]] += wts[m]
+        elif n_blocks == 1 and q == 1:  # scalar regression: [w, w y, w y^2]
+            y = targets[samples[m], 0]
+            wy = wts[m] * y
+            cum[b + 1, 0] += wts[m]
+            cum[b + 1, 1] += wy
+            cum[b + 1, 2] += wy * y
         else:
             accumulate(cum[b + 1], samples[m], wts[m], criterion, labels, targets, n_blocks, q)
         ccount[b + 1] += 1
