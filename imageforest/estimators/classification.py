@@ -6,7 +6,7 @@ import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.leaf_models import average_posterior, class_histograms, product_posterior
+from imageforest.forest.leaf_models import class_histograms, product_posterior, tree_average
 from imageforest.forest.objectives import Objective
 from imageforest.validation import check_labels
 
@@ -121,7 +121,7 @@ class ClassificationForest(BaseForest):
         with numba_threads(self.n_jobs):
             if self.posterior == "product":
                 return product_posterior(leaf_ids, self.leaf_posterior_, PRODUCT_FLOOR)
-            return average_posterior(leaf_ids, self.leaf_posterior_)
+            return tree_average(leaf_ids, self.leaf_posterior_)
 
     def predict_proba(self, X) -> np.ndarray:
         """Forest posterior p(c | v), shape (n_samples, n_classes), columns in the order of `classes_`."""

@@ -8,11 +8,11 @@ from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.mixture import ForestGaussianMixture
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import (
-    constant_mean,
     gaussian_leaves,
     linear_components,
     linear_leaves,
     shrunk_noise,
+    tree_average,
 )
 from imageforest.forest.objectives import Objective
 from imageforest.validation import check_targets
@@ -110,7 +110,7 @@ class RegressionForest(BaseForest):
             mean = self._components(X, with_cov=False)[0].mean(axis=1)
         else:
             with numba_threads(self.n_jobs):
-                mean = constant_mean(self._apply_checked(X), self.leaf_mean_)
+                mean = tree_average(self._apply_checked(X), self.leaf_mean_)
         return mean[:, 0] if self._y_1d else mean
 
     def predict_distribution(self, X) -> ForestGaussianMixture:

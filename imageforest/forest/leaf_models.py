@@ -30,17 +30,20 @@ def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):  # pr
 
 
 @njit(cache=True, parallel=True)
-def average_posterior(leaf_ids, hist):  # pragma: no cover - numba
-    """Eq. 2.12: mean of the trees' leaf posteriors, (n, n_classes) float64."""
+def tree_average(leaf_ids, table):  # pragma: no cover - numba
+    """Mean over trees of each point's leaf rows: (n, k) float64 from leaf ids (n, T) and a leaf table (L, k).
+
+    With class histograms this is the forest posterior of eq. 2.12; with leaf means, the regression mean.
+    """
     n, n_trees = leaf_ids.shape
-    n_classes = hist.shape[1]
-    out = np.zeros((n, n_classes))
+    k = table.shape[1]
+    out = np.zeros((n, k))
     for i in prange(n):
         for t in range(n_trees):
-            row = hist[leaf_ids[i, t]]
-            for c in range(n_classes):
+            row = table[leaf_ids[i, t]]
+            for c in range(k):
                 out[i, c] += row[c]
-        for c in range(n_classes):
+        for c in range(k):
             out[i, c] /= n_trees
     return out
 
@@ -185,21 +188,6 @@ def shrunk_noise(ssr: np.ndarray, dof: np.ndarray, prior_strength: float, var_fl
     noise = (ssr + prior_strength * pooled) / (dof + prior_strength)[:, None, None]
     noise[:, np.arange(ssr.shape[1]), np.arange(ssr.shape[1])] += var_floor
     return noise
-
-
-@njit(cache=True, parallel=True)
-def constant_mean(leaf_ids, mean):  # pragma: no cover - numba
-    """Average over trees of the leaves' mean targets, (n, d)."""
-    n, n_trees = leaf_ids.shape
-    d = mean.shape[1]
-    out = np.zeros((n, d))
-    for i in prange(n):
-        for t in range(n_trees):
-            for a in range(d):
-                out[i, a] += mean[leaf_ids[i, t], a]
-        for a in range(d):
-            out[i, a] /= n_trees
-    return out
 
 
 @njit(cache=True, parallel=True)

@@ -104,26 +104,35 @@ def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - n
 
 def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthSettings,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each tree's points (bagging or not): order, weights and per-tree segment bounds."""
+    """Each tree's points (bagging or not): order, weights and per-tree segment bounds.
+
+    Points with zero weight are dropped. The arrays are filled in place, tree after tree, so the largest buffers
+    of a fit exist once (building per-tree pieces and concatenating would hold them twice).
+    """
     n_draw = n_points if settings.max_samples is None else int(settings.max_samples)
-    orders, weights = [], []
-    for _ in range(settings.n_trees):  # once per tree at start-up, not on a hot path
+    T = settings.n_trees
+    cap = T * min(n_draw, n_points)
+    order = np.empty(cap, dtype=np.int32)
+    wts = np.empty(cap, dtype=np.float64)
+    bounds = np.zeros(T + 1, dtype=np.int64)
+    every = np.flatnonzero(sample_weight > 0).astype(np.int32)
+    for t in range(T):  # once per tree at start-up, not on a hot path
         if settings.bootstrap:
             counts = np.bincount(rng.integers(0, n_points, n_draw), minlength=n_points)
-            idx = np.flatnonzero(counts)
+            idx = np.flatnonzero(counts * (sample_weight > 0))
             w = sample_weight[idx] * counts[idx]
         elif n_draw < n_points:
             idx = np.sort(rng.permutation(n_points)[:n_draw])
+            idx = idx[sample_weight[idx] > 0]
             w = sample_weight[idx]
         else:
-            idx = np.arange(n_points)
-            w = sample_weight
-        keep = w > 0
-        orders.append(idx[keep].astype(np.int32))
-        weights.append(np.asarray(w[keep], dtype=np.float64))
-    sizes = np.array([o.size for o in orders], dtype=np.int64)
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    return np.concatenate(orders), np.concatenate(weights), bounds
+            idx = every
+            w = sample_weight[idx]
+        a = bounds[t]
+        bounds[t + 1] = a + idx.size
+        order[a:bounds[t + 1]] = idx
+        wts[a:bounds[t + 1]] = w
+    return order[:bounds[-1]], wts[:bounds[-1]], bounds
 
 
 def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None) -> list[tuple[int, int]]:
