@@ -324,8 +324,26 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         leaf_node=np.concatenate(leaf_node).astype(np.int32),
         leaf_tree=np.concatenate(leaf_tree).astype(np.int32),
     )
-    return GrownForest(forest, order, wts, np.concatenate(leaf_start).astype(np.int64),
-                       np.concatenate(leaf_end).astype(np.int64))
+    return _leaves_in_tree_order(GrownForest(forest, order, wts, np.concatenate(leaf_start).astype(np.int64),
+                                             np.concatenate(leaf_end).astype(np.int64)))
+
+
+def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
+    """Renumber leaves depth-first within each tree, trees one after another.
+
+    Growth numbers leaves level by level across all trees, which scatters one tree's rows through every leaf-model
+    table; in tree order, reading a tree's leaf models after `apply` stays within one region of memory.
+    """
+    f = grown.forest
+    perm = np.argsort(f._preorder_positions()[f.leaf_node], kind="stable")
+    new_id = np.empty_like(perm)
+    new_id[perm] = np.arange(perm.size)
+    child = f.child.copy()
+    child[f.leaf_node] = -new_id - 1
+    f.child = child.astype(np.int32)
+    f.leaf_node = f.leaf_node[perm]
+    f.leaf_tree = f.leaf_tree[perm]
+    return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
 
 
 @njit(cache=True, parallel=True)
