@@ -17,6 +17,7 @@ import numpy as np
 
 from imageforest import __version__
 from imageforest.exceptions import InvalidInputError, ModelFormatError, NotFittedError
+from imageforest.forest.features import FeatureFamily
 from imageforest.forest.objectives import Objective
 from imageforest.forest.serialization import load_model, save_model
 from imageforest.forest.storage import ForestArrays
@@ -78,8 +79,6 @@ class BaseForest:
         positive_int("n_trees", self.n_trees)
         if self.max_depth is not None:
             positive_int("max_depth", self.max_depth, 0)
-        if self.weak_learner not in KINDS:
-            raise InvalidInputError(f"weak_learner must be one of {sorted(KINDS)}, got {self.weak_learner!r}")
         rho = self._resolve_candidates(n_features)
         if self.n_thresholds is not None:
             positive_int("n_thresholds", self.n_thresholds)
@@ -131,15 +130,23 @@ class BaseForest:
 
     # -- growth -------------------------------------------------------------------------------------------
     def _grow(self, X: np.ndarray, objective: Objective, sample_weight: np.ndarray) -> GrownForest:
-        settings = self._settings(X.shape[1])
-        settings.max_samples = self._max_samples(X.shape[0])
+        """Grow on feature vectors X (n, d) with the weak learner named by `weak_learner`."""
+        if self.weak_learner not in KINDS:
+            raise InvalidInputError(f"weak_learner must be one of {sorted(KINDS)}, got {self.weak_learner!r}")
         family = VectorFeatures.for_data(self.weak_learner, X)
+        return self._grow_family(family, X, X.shape[0], objective, sample_weight)
+
+    def _grow_family(self, family: FeatureFamily, data: Any, n_points: int, objective: Objective,
+                     sample_weight: np.ndarray) -> GrownForest:
+        """Grow on any feature family (vectors, image boxes, depth probes, ...): the trainer does not care."""
+        settings = self._settings(family.n_features)
+        settings.max_samples = self._max_samples(n_points)
         rng = np.random.default_rng(self.random_state)
         with numba_threads(self.n_jobs):
-            grown = grow_forest(family, X, X.shape[0], objective, sample_weight, settings, rng)
+            grown = grow_forest(family, data, n_points, objective, sample_weight, settings, rng)
         self.family_ = family
         self.forest_ = grown.forest
-        self.n_features_in_ = X.shape[1]
+        self.n_features_in_ = family.n_features
         return grown
 
     def _prepare_fit(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray]:
@@ -212,10 +219,7 @@ class BaseForest:
         """Write the fitted model to `path` (.npz with JSON metadata; atomic)."""
         self._check_fitted()
         spec, fam_arrays = self.family_.to_spec()
-        # n_jobs is how this machine ran, not part of the model: leaving it out keeps the bytes seed-determined.
-        params = {k: v for k, v in self.get_params().items() if k not in ("random_state", "n_jobs")}
-        params["random_state"] = self.random_state if isinstance(self.random_state, (int, type(None))) else None
-        params = _jsonable(params)
+        params = self._saved_hyper_parameters()
         meta = {
             "task": self._task,
             "estimator": type(self).__name__,
@@ -229,6 +233,18 @@ class BaseForest:
         save_model(path, meta, arrays)
 
     @classmethod
+    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> BaseForest:
+        return cls(**hyper)
+
+    def _saved_hyper_parameters(self) -> dict:
+        """Hyper-parameters for the metadata: n_jobs (how this machine ran) is left out so that the bytes
+        depend on the seed alone; a Generator random_state is recorded as None."""
+        params = {k: v for k, v in self.get_params().items() if k != "n_jobs"}
+        if not isinstance(self.random_state, (int, type(None))):
+            params["random_state"] = None
+        return _jsonable(params)
+
+    @classmethod
     def load(cls, path: str | os.PathLike) -> BaseForest:
         """Read a model written by `save`; a damaged, foreign or other-task file raises ModelFormatError."""
         meta, arrays = load_model(path)
@@ -237,9 +253,9 @@ class BaseForest:
                                    f"({meta.get('task')}), not a {cls.__name__}")
         try:
             hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls._param_names()}
-            est = cls(**hyper)
+            est = cls._from_hyper_parameters(hyper, meta)
             forest = ForestArrays.from_arrays(arrays)
-            family = VectorFeatures.from_spec(meta["family"], arrays)
+            family = family_from_spec(meta["family"], arrays)
             if not family.validate_params(forest.params):
                 raise ModelFormatError(f"{path}: a node reads a feature the model does not have")
             est.forest_ = forest
@@ -262,3 +278,16 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def family_from_spec(spec: dict, arrays: dict[str, np.ndarray]) -> FeatureFamily:
+    """Rebuild the feature family a model file names (vectors, image boxes, depth probes)."""
+    name = spec.get("name")
+    if name == VectorFeatures.name:
+        return VectorFeatures.from_spec(spec, arrays)
+    from imageforest.imaging.features import BoxFeatures, DepthProbes  # imaging is optional for vector models
+
+    for family in (BoxFeatures, DepthProbes):
+        if name == family.name:
+            return family.from_spec(spec, arrays)
+    raise ModelFormatError(f"unknown feature family {name!r}")

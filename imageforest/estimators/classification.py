@@ -88,19 +88,25 @@ class ClassificationForest(BaseForest):
     def fit(self, X, y, sample_weight=None) -> ClassificationForest:
         """Grow the forest on X (n_samples, n_features) with class labels y (n_samples,)."""
         X, sw = self._prepare_fit(X, sample_weight)
-        classes, encoded = check_labels(y, X.shape[0])
+        objective, sw = self._label_objective(y, X.shape[0], sw)
+        self._fit_leaves(self._grow(X, objective, sw), objective)
+        return self
+
+    def _label_objective(self, y, n_points: int, sw: np.ndarray) -> tuple[Objective, np.ndarray]:
+        """Validate labels and settings; returns the objective and class-re-weighted sample weights."""
+        classes, encoded = check_labels(y, n_points)
         if self.criterion not in ("entropy", "gini"):
             raise InvalidInputError(f"criterion must be 'entropy' or 'gini', got {self.criterion!r}")
         if self.posterior not in ("average", "product"):
             raise InvalidInputError(f"posterior must be 'average' or 'product', got {self.posterior!r}")
         sw = sw * self._class_weights(classes, encoded, sw)[encoded]
-        objective = Objective.classification(encoded, classes.size, self.criterion)
-        grown = self._grow(X, objective, sw)
-        with numba_threads(self.n_jobs):
-            self.leaf_posterior_ = class_histograms(grown.order, grown.wts, encoded, grown.leaf_start,
-                                                    grown.leaf_end, classes.size)
         self.classes_ = classes
-        return self
+        return Objective.classification(encoded, classes.size, self.criterion), sw
+
+    def _fit_leaves(self, grown, objective: Objective) -> None:
+        with numba_threads(self.n_jobs):
+            self.leaf_posterior_ = class_histograms(grown.order, grown.wts, objective.labels, grown.leaf_start,
+                                                    grown.leaf_end, objective.n_classes)
 
     def _class_weights(self, classes: np.ndarray, encoded: np.ndarray, sw: np.ndarray) -> np.ndarray:
         cw = self.class_weight

@@ -1,0 +1,401 @@
+"""Image feature families, evaluated lazily inside training and `apply` (seeds/000 sec. 3.6 and 4.5: d = infinity).
+
+The trainer asks a family for the responses of a node's points to that node's rho candidates; nothing builds an
+n_points x n_features matrix. Data are an `ImageStack` (all images' channels as flat float64 tables) plus integer
+points (n, 4) = (image, z, y, x); planar images have z = 0 and one slice.
+
+- `BoxFeatures`: mean intensity of a box displaced from the reference voxel (eq. 4.5), or the difference of two
+  such boxes (Haar-like), optionally across channels. Offsets and sizes are in millimetres and become voxels with
+  each image's spacing, so one model serves scans of different resolutions. Boxes are clipped to the image; a box
+  wholly outside reads `fill`.
+- `DepthProbes`: f = J(p + u / J(p)) - J(p + v / J(p)) (eq. 3.2): offsets u, v in pixel x depth units shrink with
+  distance, so the feature is depth invariant. Background (J <= 0) and out-of-image probes read `background`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.forest.features import FeatureFamily
+from imageforest.forest.storage import ForestArrays
+from imageforest.imaging.integral import clipped_box_mean, integral_image
+from imageforest.imaging.io import Image
+
+
+@dataclass
+class ImageStack:
+    """Images prepared for lazy features.
+
+    Attributes
+    ----------
+    table : (total,) float64
+        Every image's channels, flat: integral tables (box features) or raw values (depth probes).
+    base : (n_images, n_channels) int64
+        Where each image's channel starts in `table`.
+    shape : (n_images, 3) int64
+        (nz, ny, nx) voxel counts.
+    spacing : (n_images, 3) float64
+        Voxel size in mm in (z, y, x) order (planar images: z = 1).
+    integral : bool
+        True when `table` holds summed-area tables.
+    """
+
+    table: np.ndarray
+    base: np.ndarray
+    shape: np.ndarray
+    spacing: np.ndarray
+    integral: bool
+
+    @property
+    def n_images(self) -> int:
+        return int(self.shape.shape[0])
+
+    @property
+    def n_channels(self) -> int:
+        return int(self.base.shape[1])
+
+    @classmethod
+    def from_images(cls, images, integral: bool, channels=None) -> ImageStack:
+        """Stack `images` (Image objects or arrays (z, y, x) / (y, x)); `channels(image) -> list of arrays` adds
+        derived channels (e.g. a filter bank); by default the image itself is the only channel."""
+        images = [images] if isinstance(images, (Image, np.ndarray)) else list(images)
+        if not images:
+            raise InvalidInputError("no images given")
+        pieces, bases, shapes, spacings = [], [], [], []
+        offset = 0
+        for k, im in enumerate(images):
+            arr, spacing = _array_and_spacing(im, k)
+            chans = [arr] if channels is None else [np.asarray(c, dtype=np.float64).reshape(arr.shape)
+                                                      for c in channels(im)]
+            row = []
+            for ch in chans:
+                data = integral_image(ch).ravel() if integral else np.ascontiguousarray(ch, np.float64).ravel()
+                row.append(offset)
+                pieces.append(data)
+                offset += data.size
+            bases.append(row)
+            shapes.append(arr.shape)
+            spacings.append(spacing)
+        if len({len(r) for r in bases}) != 1:
+            raise InvalidInputError("every image must give the same number of channels")
+        return cls(np.concatenate(pieces), np.array(bases, dtype=np.int64), np.array(shapes, dtype=np.int64),
+                   np.array(spacings, dtype=np.float64), integral)
+
+
+def _array_and_spacing(im, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(z, y, x) array and (z, y, x) spacing of an Image or a bare array (spacing 1)."""
+    if isinstance(im, Image):
+        arr = im.array
+        if arr.ndim != im.ndim:
+            raise InvalidInputError(f"image {k} has {arr.shape[-1]} colour channels; give one scalar image "
+                                    "(or derived channels through `channels`)")
+        spacing = im.spacing[::-1]
+    else:
+        arr = np.asarray(im)
+        spacing = np.ones(arr.ndim)
+    if arr.ndim == 2:
+        arr = arr[None]
+        spacing = np.r_[1.0, spacing]
+    if arr.ndim != 3 or 0 in arr.shape:
+        raise InvalidInputError(f"image {k} must be a non-empty 2-D or 3-D array, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and not np.isfinite(arr).all()):
+        raise InvalidInputError(f"image {k} must hold finite numbers")
+    return arr, np.asarray(spacing, dtype=np.float64)
+
+
+def check_points(points, stack: ImageStack) -> np.ndarray:
+    """Points as (n, 4) int32 (image, z, y, x), every one inside its image; planar (n, 3) (image, y, x) accepted."""
+    pts = np.asarray(points)
+    if pts.ndim != 2 or pts.shape[1] not in (3, 4) or pts.shape[0] == 0:
+        raise InvalidInputError(f"points must have shape (n, 4) = (image, z, y, x) or (n, 3) = (image, y, x), "
+                                f"got {pts.shape}")
+    if pts.dtype.kind not in "iu" and not np.all(pts == np.round(pts)):
+        raise InvalidInputError("points must be integer voxel indices")
+    pts = pts.astype(np.int64)
+    if pts.shape[1] == 3:
+        pts = np.c_[pts[:, 0], np.zeros(len(pts), np.int64), pts[:, 1:]]
+    img = pts[:, 0]
+    if img.min() < 0 or img.max() >= stack.n_images:
+        raise InvalidInputError(f"point image indices must lie in [0, {stack.n_images})")
+    dims = stack.shape[img]
+    if np.any(pts[:, 1:] < 0) or np.any(pts[:, 1:] >= dims):
+        raise InvalidInputError("a point lies outside its image")
+    return np.ascontiguousarray(pts, dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Box features
+
+BOX_WIDTH = 14  # [ch1, oz, oy, ox, sz, sy, sx, ch2, oz2, oy2, ox2, sz2, sy2, sx2] (mm)
+
+
+@njit(cache=True, inline="always")
+def _box_mean(row, k, table, base, shape, spacing, img, z, y, x, fill):  # pragma: no cover - numba
+    """Mean of the box described by row[k:k + 7] (channel, offset zyx mm, size zyx mm) around voxel (z, y, x)."""
+    ch = int(row[k])
+    lo = np.empty(3, dtype=np.int64)
+    hi = np.empty(3, dtype=np.int64)
+    p = (z, y, x)
+    for a in range(3):
+        sp = spacing[img, a]
+        o = row[k + 1 + a]
+        half = 0.5 * row[k + 4 + a]
+        lo[a] = p[a] + int(np.floor((o - half) / sp + 0.5))
+        hi[a] = p[a] + int(np.floor((o + half) / sp + 0.5))
+        if hi[a] <= lo[a]:
+            hi[a] = lo[a] + 1
+    return clipped_box_mean(table, base[img, ch], shape[img, 0], shape[img, 1], shape[img, 2], lo[0], hi[0],
+                            lo[1], hi[1], lo[2], hi[2], fill)
+
+
+@njit(cache=True, inline="always")
+def _box_response(row, difference, table, base, shape, spacing, pt, fill):  # pragma: no cover - numba
+    img = pt[0]
+    v = _box_mean(row, 0, table, base, shape, spacing, img, pt[1], pt[2], pt[3], fill)
+    if difference:
+        v -= _box_mean(row, 7, table, base, shape, spacing, img, pt[1], pt[2], pt[3], fill)
+    return v
+
+
+@njit(cache=True, parallel=True)
+def _box_responses(difference, table, base, shape, spacing, points, params, samples, pos_set,
+                   fill):  # pragma: no cover
+    m_total = samples.shape[0]
+    rho = params.shape[1]
+    out = np.empty((rho, m_total), dtype=np.float32)
+    for m in prange(m_total):
+        pt = points[samples[m]]
+        s = pos_set[m]
+        for c in range(rho):
+            out[c, m] = np.float32(_box_response(params[s, c], difference, table, base, shape, spacing, pt, fill))
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _box_apply(difference, table, base, shape, spacing, points, packed, tree_root, fill):  # pragma: no cover
+    n = points.shape[0]
+    n_trees = tree_root.shape[0]
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for t in range(n_trees):
+        for i in prange(n):
+            pt = points[i]
+            node = tree_root[t]
+            while packed[node, 0] >= 0.0:
+                f = np.float64(np.float32(_box_response(packed[node, 4:], difference, table, base, shape, spacing,
+                                                        pt, fill)))
+                go_left = f > packed[node, 2] and f <= packed[node, 3]
+                node = int(packed[node, 0]) if go_left else int(packed[node, 1])
+            out[i, t] = -int(packed[node, 0]) - 1
+    return out
+
+
+class BoxFeatures(FeatureFamily):
+    """Displaced-box means (eq. 4.5) or box differences over integral images, in millimetres.
+
+    Parameters
+    ----------
+    max_offset_mm : float or (z, y, x) triple
+        Box centres are drawn uniformly within +-max_offset_mm of the reference voxel (z = 0 for planar images).
+    box_size_mm : (min, max)
+        Box edge lengths are drawn uniformly in this range, per axis.
+    difference : bool
+        Response is mean(box 1) - mean(box 2) (Haar-like) instead of mean(box 1).
+    n_channels : int
+        Channels per image (1, or a filter bank's); each box draws its channel.
+    planar : bool
+        2-D images: no z offsets, one-slice boxes.
+    fill : float
+        Value of a box wholly outside the image.
+    """
+
+    name = "box"
+    param_width = BOX_WIDTH
+
+    def __init__(self, max_offset_mm=50.0, box_size_mm=(2.0, 20.0), difference: bool = False, n_channels: int = 1,
+                 planar: bool = False, fill: float = 0.0) -> None:
+        off = np.broadcast_to(np.asarray(max_offset_mm, dtype=np.float64), (3,)).copy()
+        size = np.asarray(box_size_mm, dtype=np.float64)
+        if np.any(off < 0) or size.shape != (2,) or size[0] <= 0 or size[1] < size[0]:
+            raise InvalidInputError("max_offset_mm must be >= 0 and box_size_mm a (min, max) pair with 0 < min <= max")
+        if planar:
+            off[0] = 0.0
+        self.max_offset_mm = off
+        self.box_size_mm = size
+        self.difference = bool(difference)
+        self.n_channels = int(n_channels)
+        self.planar = bool(planar)
+        self.fill = float(fill)
+        self.n_features = self.n_channels
+
+    def prepare(self, images, channels=None) -> ImageStack:
+        stack = ImageStack.from_images(images, integral=True, channels=channels)
+        if stack.n_channels != self.n_channels:
+            raise InvalidInputError(f"the feature family expects {self.n_channels} channel(s), images give "
+                                    f"{stack.n_channels}")
+        return stack
+
+    def sample(self, rng, n_sets, n_candidates):
+        shape = (n_sets, n_candidates)
+        out = np.zeros((*shape, BOX_WIDTH))
+        for k in (0, 7):
+            out[..., k] = rng.integers(0, self.n_channels, shape)
+            out[..., k + 1:k + 4] = rng.uniform(-1, 1, (*shape, 3)) * self.max_offset_mm
+            out[..., k + 4:k + 7] = rng.uniform(self.box_size_mm[0], self.box_size_mm[1], (*shape, 3))
+            if self.planar:
+                out[..., k + 4] = 0.0  # one slice: the size rounds up to a single voxel
+        return out
+
+    def responses(self, data, params, samples, pos_set):
+        stack, points = data
+        return _box_responses(self.difference, stack.table, stack.base, stack.shape, stack.spacing, points, params,
+                              samples, pos_set, self.fill)
+
+    def apply(self, data, forest: ForestArrays) -> np.ndarray:
+        stack, points = data
+        table, roots = forest.packed()
+        return _box_apply(self.difference, stack.table, stack.base, stack.shape, stack.spacing, points, table,
+                          roots, self.fill)
+
+    def importance_dims(self, params):
+        if self.difference:
+            return params[:, [0, 7]].astype(np.int64), np.full((params.shape[0], 2), 0.5)
+        return params[:, :1].astype(np.int64), np.ones((params.shape[0], 1))
+
+    def to_spec(self):
+        return ({"name": self.name, "max_offset_mm": self.max_offset_mm.tolist(),
+                 "box_size_mm": self.box_size_mm.tolist(), "difference": self.difference,
+                 "n_channels": self.n_channels, "planar": self.planar, "fill": self.fill}, {})
+
+    @classmethod
+    def from_spec(cls, spec, arrays):
+        return cls(spec["max_offset_mm"], spec["box_size_mm"], spec["difference"], spec["n_channels"],
+                   spec["planar"], spec["fill"])
+
+    def validate_params(self, params: np.ndarray) -> bool:
+        ch = params[:, [0, 7]]
+        return params.shape[1] == BOX_WIDTH and bool(np.all((ch >= 0) & (ch < self.n_channels)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Depth probes
+
+@njit(cache=True, inline="always")
+def _depth_at(table, b, ny, nx, y, x, background):  # pragma: no cover - numba
+    if y < 0 or y >= ny or x < 0 or x >= nx:
+        return background
+    v = table[b + y * nx + x]
+    return v if v > 0.0 else background
+
+
+@njit(cache=True, inline="always")
+def _probe_response(row, table, base, shape, pt, background):  # pragma: no cover - numba
+    img = pt[0]
+    ny = shape[img, 1]
+    nx = shape[img, 2]
+    b = base[img, 0] + pt[1] * ny * nx
+    y = pt[2]
+    x = pt[3]
+    d = _depth_at(table, b, ny, nx, y, x, background)
+    # Offsets are divided by the reference depth: far bodies look smaller, so probes shrink with distance.
+    a = _depth_at(table, b, ny, nx, y + int(np.floor(row[0] / d + 0.5)), x + int(np.floor(row[1] / d + 0.5)),
+                  background)
+    c = _depth_at(table, b, ny, nx, y + int(np.floor(row[2] / d + 0.5)), x + int(np.floor(row[3] / d + 0.5)),
+                  background)
+    return a - c
+
+
+@njit(cache=True, parallel=True)
+def _probe_responses(table, base, shape, points, params, samples, pos_set, background):  # pragma: no cover
+    m_total = samples.shape[0]
+    rho = params.shape[1]
+    out = np.empty((rho, m_total), dtype=np.float32)
+    for m in prange(m_total):
+        pt = points[samples[m]]
+        s = pos_set[m]
+        for c in range(rho):
+            out[c, m] = np.float32(_probe_response(params[s, c], table, base, shape, pt, background))
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _probe_apply(table, base, shape, points, packed, tree_root, background):  # pragma: no cover - numba
+    n = points.shape[0]
+    n_trees = tree_root.shape[0]
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for t in range(n_trees):
+        for i in prange(n):
+            pt = points[i]
+            node = tree_root[t]
+            while packed[node, 0] >= 0.0:
+                f = np.float64(np.float32(_probe_response(packed[node, 4:], table, base, shape, pt, background)))
+                go_left = f > packed[node, 2] and f <= packed[node, 3]
+                node = int(packed[node, 0]) if go_left else int(packed[node, 1])
+            out[i, t] = -int(packed[node, 0]) - 1
+    return out
+
+
+class DepthProbes(FeatureFamily):
+    """Kinect-style depth-difference probes (eq. 3.2) over depth maps (background <= 0).
+
+    Parameters
+    ----------
+    max_offset : float
+        Offsets u, v are drawn uniformly in +-max_offset (pixels x depth units): at depth J a probe reaches
+        max_offset / J pixels.
+    background : float
+        Depth read for background and out-of-image probes (a large constant, far behind any body).
+    unary_fraction : float
+        Share of candidates with v = 0 (a probe compared with the reference depth itself).
+    """
+
+    name = "depth_probe"
+    param_width = 4
+    n_features = 1
+
+    def __init__(self, max_offset: float = 100_000.0, background: float = 1e6, unary_fraction: float = 0.0) -> None:
+        if not max_offset > 0 or not background > 0 or not 0 <= unary_fraction <= 1:
+            raise InvalidInputError("max_offset and background must be positive, unary_fraction in [0, 1]")
+        self.max_offset = float(max_offset)
+        self.background = float(background)
+        self.unary_fraction = float(unary_fraction)
+
+    def prepare(self, images, channels=None) -> ImageStack:
+        stack = ImageStack.from_images(images, integral=False)
+        if np.any(stack.shape[:, 0] != 1):
+            raise InvalidInputError("depth probes read 2-D depth maps")
+        return stack
+
+    def sample(self, rng, n_sets, n_candidates):
+        out = rng.uniform(-self.max_offset, self.max_offset, (n_sets, n_candidates, 4))
+        if self.unary_fraction > 0:
+            unary = rng.random((n_sets, n_candidates)) < self.unary_fraction
+            out[unary, 2:] = 0.0
+        return out
+
+    def responses(self, data, params, samples, pos_set):
+        stack, points = data
+        return _probe_responses(stack.table, stack.base, stack.shape, points, params, samples, pos_set,
+                                self.background)
+
+    def apply(self, data, forest: ForestArrays) -> np.ndarray:
+        stack, points = data
+        table, roots = forest.packed()
+        return _probe_apply(stack.table, stack.base, stack.shape, points, table, roots, self.background)
+
+    def importance_dims(self, params):
+        return np.zeros((params.shape[0], 1), dtype=np.int64), np.ones((params.shape[0], 1))
+
+    def to_spec(self):
+        return ({"name": self.name, "max_offset": self.max_offset, "background": self.background,
+                 "unary_fraction": self.unary_fraction}, {})
+
+    @classmethod
+    def from_spec(cls, spec, arrays):
+        return cls(spec["max_offset"], spec["background"], spec["unary_fraction"])
+
+    def validate_params(self, params: np.ndarray) -> bool:
+        return params.shape[1] == 4 and bool(np.all(np.isfinite(params)))

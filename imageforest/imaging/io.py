@@ -1,0 +1,252 @@
+"""Reading and writing images with their physical geometry (SimpleITK underneath).
+
+Every image is an `Image`: voxels plus spacing, origin and direction, with 3-D volumes reoriented to LPS (x: patient
+right to left, y: anterior to posterior, z: inferior to superior), as DICOM does. Arrays are indexed (z, y, x);
+geometry vectors are (x, y, z). 2-D images (PNG, JPEG, TIFF, BMP, 16-bit depth PNGs in millimetres) are (y, x) with
+2-vectors, or (y, x, channels) for colour.
+
+Bad files (missing, truncated, not an image, 4-D, empty, zero or NaN spacing, NaN voxels) raise `ImageReadError`
+naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from imageforest.exceptions import ImageForestError
+
+log = logging.getLogger(__name__)
+
+PLANAR_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+
+
+class ImageReadError(ImageForestError, ValueError):
+    """An image file cannot be used: the message names the file and the problem."""
+
+
+@dataclass
+class Image:
+    """Voxels with their geometry.
+
+    Attributes
+    ----------
+    array : ndarray
+        (z, y, x) for volumes, (y, x) or (y, x, channels) for planar images.
+    spacing : (ndim,) float64
+        Voxel size in mm, (x, y[, z]) order.
+    origin : (ndim,) float64
+        Physical position of voxel (0, 0[, 0]) in mm, (x, y[, z]) order, LPS for volumes.
+    direction : (ndim, ndim) float64
+        Columns are the physical directions of the x, y[, z] index axes.
+    source : str
+        Where the image came from, with any note a reader made (e.g. which DICOM series was picked).
+    """
+
+    array: np.ndarray
+    spacing: np.ndarray
+    origin: np.ndarray
+    direction: np.ndarray
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ndim(self) -> int:
+        """Spatial dimensions (2 or 3)."""
+        return int(self.spacing.shape[0])
+
+    @property
+    def size(self) -> tuple[int, ...]:
+        """Voxel counts in (x, y[, z]) order."""
+        return tuple(int(s) for s in self.array.shape[: self.ndim][::-1])
+
+    def index_to_physical(self, index: np.ndarray) -> np.ndarray:
+        """Continuous voxel indices (n, ndim) in (x, y[, z]) order -> physical points (n, ndim) in mm."""
+        index = np.atleast_2d(np.asarray(index, dtype=np.float64))
+        return self.origin + (index * self.spacing) @ self.direction.T
+
+    def physical_to_index(self, points: np.ndarray) -> np.ndarray:
+        """Physical points (n, ndim) in mm -> continuous voxel indices (n, ndim) in (x, y[, z]) order."""
+        points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        return np.linalg.solve(self.direction, (points - self.origin).T).T / self.spacing
+
+    def to_sitk(self) -> sitk.Image:
+        """A SimpleITK image with the same voxels and geometry."""
+        img = sitk.GetImageFromArray(self.array, isVector=self.array.ndim > self.ndim)
+        img.SetSpacing(tuple(float(s) for s in self.spacing))
+        img.SetOrigin(tuple(float(o) for o in self.origin))
+        img.SetDirection(tuple(float(d) for d in self.direction.ravel()))
+        return img
+
+    @classmethod
+    def from_sitk(cls, img: sitk.Image, source: str = "") -> Image:
+        """Wrap a SimpleITK image (no reorientation)."""
+        ndim = img.GetDimension()
+        return cls(array=sitk.GetArrayFromImage(img), spacing=np.array(img.GetSpacing(), dtype=np.float64),
+                   origin=np.array(img.GetOrigin(), dtype=np.float64),
+                   direction=np.array(img.GetDirection(), dtype=np.float64).reshape(ndim, ndim), source=source)
+
+
+def _fail(path, what: str) -> ImageReadError:
+    return ImageReadError(f"{path}: {what}")
+
+
+def _nifti_truncation(path: Path) -> str | None:
+    """Why a NIfTI file is incomplete, or None. ITK zero-fills a truncated file silently, so the header's
+    voxel-data size is checked against the file size (.nii) or the gzip trailer's length field (.nii.gz)."""
+    name = path.name.lower()
+    if not (name.endswith(".nii") or name.endswith(".nii.gz")):
+        return None
+    opener = gzip.open if name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            head = fh.read(540)
+    except (OSError, EOFError):
+        return "its compressed stream is damaged"
+    if len(head) < 348:
+        return "its header is cut short"
+    for order in "<>":
+        size = struct.unpack(order + "i", head[:4])[0]
+        if size == 348:
+            dims = struct.unpack(order + "8h", head[40:56])
+            bitpix = struct.unpack(order + "h", head[72:74])[0]
+            offset = int(struct.unpack(order + "f", head[108:112])[0])
+            break
+        if size == 540 and len(head) >= 540:
+            bitpix = struct.unpack(order + "h", head[14:16])[0]
+            dims = struct.unpack(order + "8q", head[16:80])
+            offset = struct.unpack(order + "q", head[168:176])[0]
+            break
+    else:
+        return None  # not a header we know; let ITK judge
+    n_dims = max(1, min(int(dims[0]), 7))
+    expected = max(offset, 348) + int(np.prod([max(int(d), 1) for d in dims[1:n_dims + 1]])) * max(bitpix, 8) // 8
+    if name.endswith(".gz"):
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            isize = struct.unpack("<I", fh.read(4))[0]
+        if isize != expected % 2**32:
+            return f"is truncated or damaged (its header promises {expected} bytes)"
+    elif path.stat().st_size < expected:
+        return f"is truncated ({path.stat().st_size} of {expected} bytes)"
+    return None
+
+
+def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
+    reader = sitk.ImageSeriesReader()
+    series = reader.GetGDCMSeriesIDs(str(path))
+    if not series:
+        raise _fail(path, "folder holds no DICOM series")
+    files = {sid: reader.GetGDCMSeriesFileNames(str(path), sid) for sid in series}
+    chosen = max(series, key=lambda sid: len(files[sid]))
+    notes = []
+    if len(series) > 1:
+        note = (f"{len(series)} DICOM series in the folder; read the largest ({chosen}, "
+                f"{len(files[chosen])} slices)")
+        log.warning("%s: %s", path, note)
+        notes.append(note)
+    reader.SetFileNames(files[chosen])
+    return reader.Execute(), notes
+
+
+def read_image(path: str | os.PathLike) -> Image:
+    """Read a NIfTI, NRRD, MHA file, a DICOM series folder, or a PNG/JPEG/TIFF/BMP image.
+
+    Volumes come back reoriented to LPS. 16-bit PNGs keep their integer values (depth maps in mm).
+
+    Raises
+    ------
+    ImageReadError
+        The file is missing, unreadable, 4-D, empty, has zero/NaN spacing or NaN voxels.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise _fail(path, "no such file or folder")
+    notes: list[str] = []
+    try:
+        if path.is_dir():
+            img, notes = _read_dicom_folder(path)
+        else:
+            problem = _nifti_truncation(path)
+            if problem:
+                raise _fail(path, problem)
+            img = sitk.ReadImage(str(path))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = next((ln for ln in first if "ERROR" in ln or "Unable" in ln or "error" in ln), first[0] if first
+                      else "unknown error")
+        raise _fail(path, f"not a readable image ({detail.strip()[:200]})") from None
+    ndim = img.GetDimension()
+    if ndim == 4 or (ndim == 3 and img.GetNumberOfComponentsPerPixel() > 1 and path.suffix.lower() not in
+                     PLANAR_SUFFIXES):
+        raise _fail(path, f"is {ndim}-D with {img.GetNumberOfComponentsPerPixel()} components per voxel; "
+                          "imageforest reads 2-D images and 3-D scalar volumes")
+    if ndim not in (2, 3):
+        raise _fail(path, f"is {ndim}-D; imageforest reads 2-D images and 3-D volumes")
+    if ndim == 3 and img.GetSize()[2] == 1 and path.suffix.lower() in PLANAR_SUFFIXES:
+        img = img[:, :, 0]
+        ndim = 2
+    if 0 in img.GetSize():
+        raise _fail(path, f"is empty (size {img.GetSize()})")
+    spacing = np.array(img.GetSpacing())
+    if not np.all(np.isfinite(spacing)) or np.any(spacing <= 0):
+        raise _fail(path, f"has invalid voxel spacing {tuple(spacing)}")
+    if not np.all(np.isfinite(img.GetOrigin())) or not np.all(np.isfinite(img.GetDirection())):
+        raise _fail(path, "has a NaN or infinite origin or direction")
+    if ndim == 3:
+        img = sitk.DICOMOrient(img, "LPS")
+    image = Image.from_sitk(img, source=str(path))
+    image.notes = notes
+    if image.array.dtype.kind == "f" and not np.all(np.isfinite(image.array)):
+        raise _fail(path, "contains NaN or infinite voxel values")
+    return image
+
+
+def write_image(image: Image, path: str | os.PathLike) -> None:
+    """Write `image` (NIfTI by the path's suffix, e.g. `.nii.gz`) atomically; geometry is preserved."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist")
+    suffix = "".join(path.suffixes) or ".nii.gz"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        sitk.WriteImage(image.to_sitk(), tmp, useCompression=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def resample(image: Image, spacing, interpolator: str = "linear", fill: float | None = None) -> Image:
+    """Resample to a new voxel spacing (mm, (x, y[, z])) over the same physical extent.
+
+    Parameters
+    ----------
+    interpolator : {"linear", "nearest"}
+        "nearest" for label maps.
+    fill : value outside the input (default: the image minimum, e.g. air for CT)
+    """
+    spacing = np.broadcast_to(np.asarray(spacing, dtype=np.float64), (image.ndim,))
+    if np.any(spacing <= 0) or not np.all(np.isfinite(spacing)):
+        raise ValueError(f"spacing must be positive, got {tuple(spacing)}")
+    src = image.to_sitk()
+    extent = np.array(src.GetSize()) * image.spacing
+    size = np.maximum(1, np.round(extent / spacing)).astype(int)
+    interp = {"linear": sitk.sitkLinear, "nearest": sitk.sitkNearestNeighbor}[interpolator]
+    default = float(image.array.min()) if fill is None else float(fill)
+    out = sitk.Resample(src, [int(s) for s in size], sitk.Transform(), interp, tuple(image.origin),
+                        tuple(float(s) for s in spacing), tuple(image.direction.ravel()), default,
+                        src.GetPixelID())
+    result = Image.from_sitk(out, source=image.source)
+    result.notes = [*image.notes, f"resampled to {tuple(float(s) for s in spacing)} mm"]
+    return result
