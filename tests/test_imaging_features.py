@@ -68,9 +68,9 @@ def brute_probe(depth, y, x, row, background):
         if 0 <= yy < depth.shape[0] and 0 <= xx < depth.shape[1] and depth[yy, xx] > 0:
             return float(depth[yy, xx])
         return background
-    d = at(y, x)
-    a = at(y + int(np.floor(row[0] / d + 0.5)), x + int(np.floor(row[1] / d + 0.5)))
-    b = at(y + int(np.floor(row[2] / d + 0.5)), x + int(np.floor(row[3] / d + 0.5)))
+    inv = 1.0 / at(y, x)
+    a = at(y + int(np.floor(row[0] * inv + 0.5)), x + int(np.floor(row[1] * inv + 0.5)))
+    b = at(y + int(np.floor(row[2] * inv + 0.5)), x + int(np.floor(row[3] * inv + 0.5)))
     return a - b
 
 
@@ -107,16 +107,27 @@ def test_box_response_properties(nz, ny, nx, sx, sy, sz, seed):
     assert np.all((resp == 5.0) | (resp == -1.0))
 
 
-def test_apply_matches_a_plain_traversal_of_responses():
-    """`apply` (fused kernel) and the trainer's responses must send every point to the same leaf."""
+@pytest.mark.parametrize("family", ["box", "depth"])
+def test_apply_matches_a_plain_traversal_of_responses(family):
+    """`apply` (fused kernels) and the trainer's responses must send every point to the same leaf."""
     rng = np.random.default_rng(3)
-    vol = rng.normal(size=(8, 24, 24))
-    vol[:, 12:, :] += 3.0
-    img = Image(vol, np.array([1.0, 1.0, 2.0]), np.zeros(3), np.eye(3))
-    pts = np.c_[np.zeros(300, int), rng.integers(0, 8, 300), rng.integers(0, 24, 300), rng.integers(0, 24, 300)]
+    if family == "box":
+        vol = rng.normal(size=(8, 24, 24))
+        vol[:, 12:, :] += 3.0
+        img = Image(vol, np.array([1.0, 1.0, 2.0]), np.zeros(3), np.eye(3))
+        pts = np.c_[np.zeros(300, int), rng.integers(0, 8, 300), rng.integers(0, 24, 300),
+                    rng.integers(0, 24, 300)]
+        feats = BoxFeatures(8.0, (1.0, 6.0), difference=True)
+    else:
+        vol = rng.integers(900, 1100, (1, 24, 24)).astype(np.uint16)
+        vol[0, 12:, :] -= 300
+        vol[0, :, :3] = 0
+        img = Image(vol[0], np.ones(2), np.zeros(2), np.eye(2))
+        pts = np.c_[np.zeros(300, int), np.zeros(300, int), rng.integers(0, 24, 300), rng.integers(0, 24, 300)]
+        feats = DepthProbes(max_offset=6 * 1000.0)
     labels = (pts[:, 2] >= 12).astype(int)
-    forest = ImageClassificationForest(BoxFeatures(8.0, (1.0, 6.0), difference=True), n_trees=4, max_depth=6,
-                                       n_candidates=20, random_state=0).fit(img, pts, labels)
+    forest = ImageClassificationForest(feats, n_trees=4, max_depth=6, n_candidates=20,
+                                       random_state=0).fit(img, pts, labels)
     leaves = forest.apply(img, pts)
     f = forest.forest_
     stack = forest.family_.prepare(img)

@@ -299,11 +299,12 @@ def _probe_response(row, table, base, shape, pt, background):  # pragma: no cove
     b = base[img, 0] + pt[1] * ny * nx
     y = pt[2]
     x = pt[3]
-    d = _depth_at(table, b, ny, nx, y, x, background)
     # Offsets are divided by the reference depth: far bodies look smaller, so probes shrink with distance.
-    a = _depth_at(table, b, ny, nx, y + int(np.floor(row[0] / d + 0.5)), x + int(np.floor(row[1] / d + 0.5)),
+    # Written as a product with 1/d exactly as in `_probe_apply`, so training and apply round identically.
+    inv = 1.0 / _depth_at(table, b, ny, nx, y, x, background)
+    a = _depth_at(table, b, ny, nx, y + int(np.floor(row[0] * inv + 0.5)), x + int(np.floor(row[1] * inv + 0.5)),
                   background)
-    c = _depth_at(table, b, ny, nx, y + int(np.floor(row[2] / d + 0.5)), x + int(np.floor(row[3] / d + 0.5)),
+    c = _depth_at(table, b, ny, nx, y + int(np.floor(row[2] * inv + 0.5)), x + int(np.floor(row[3] * inv + 0.5)),
                   background)
     return a - c
 
@@ -323,15 +324,29 @@ def _probe_responses(table, base, shape, points, params, samples, pos_set, backg
 
 @njit(cache=True, parallel=True)
 def _probe_apply(table, base, shape, points, packed, tree_root, background):  # pragma: no cover - numba
+    """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply)."""
     n = points.shape[0]
     n_trees = tree_root.shape[0]
     out = np.empty((n, n_trees), dtype=np.int32)
     for t in range(n_trees):
+        root = tree_root[t]
         for i in prange(n):
-            pt = points[i]
-            node = tree_root[t]
+            img = points[i, 0]
+            ny = shape[img, 1]
+            nx = shape[img, 2]
+            b = base[img, 0] + points[i, 1] * ny * nx
+            y = points[i, 2]
+            x = points[i, 3]
+            d = _depth_at(table, b, ny, nx, y, x, background)
+            inv = 1.0 / d
+            node = root
             while packed[node, 0] >= 0.0:
-                f = np.float64(np.float32(_probe_response(packed[node, 4:], table, base, shape, pt, background)))
+                ya = y + int(np.floor(packed[node, 4] * inv + 0.5))
+                xa = x + int(np.floor(packed[node, 5] * inv + 0.5))
+                yc = y + int(np.floor(packed[node, 6] * inv + 0.5))
+                xc = x + int(np.floor(packed[node, 7] * inv + 0.5))
+                f = np.float64(np.float32(_depth_at(table, b, ny, nx, ya, xa, background)
+                                          - _depth_at(table, b, ny, nx, yc, xc, background)))
                 go_left = f > packed[node, 2] and f <= packed[node, 3]
                 node = int(packed[node, 0]) if go_left else int(packed[node, 1])
             out[i, t] = -int(packed[node, 0]) - 1
