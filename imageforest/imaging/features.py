@@ -22,6 +22,7 @@ from numba import njit, prange
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.storage import ForestArrays
+from imageforest.imaging.filters import FilterBank
 from imageforest.imaging.integral import clipped_box_mean, integral_image
 from imageforest.imaging.io import Image
 
@@ -205,7 +206,10 @@ class BoxFeatures(FeatureFamily):
     difference : bool
         Response is mean(box 1) - mean(box 2) (Haar-like) instead of mean(box 1).
     n_channels : int
-        Channels per image (1, or a filter bank's); each box draws its channel.
+        Channels per image when the caller supplies them; each box draws its channel.
+    filter_bank : FilterBank, optional
+        Compute the channels with this bank (then `n_channels` follows from it); saved with the model, so the
+        same channels are rebuilt for every image the model is applied to.
     planar : bool
         2-D images: no z offsets, one-slice boxes.
     fill : float
@@ -216,7 +220,7 @@ class BoxFeatures(FeatureFamily):
     param_width = BOX_WIDTH
 
     def __init__(self, max_offset_mm=50.0, box_size_mm=(2.0, 20.0), difference: bool = False, n_channels: int = 1,
-                 planar: bool = False, fill: float = 0.0) -> None:
+                 planar: bool = False, fill: float = 0.0, filter_bank: FilterBank | None = None) -> None:
         off = np.broadcast_to(np.asarray(max_offset_mm, dtype=np.float64), (3,)).copy()
         size = np.asarray(box_size_mm, dtype=np.float64)
         if np.any(off < 0) or size.shape != (2,) or size[0] <= 0 or size[1] < size[0]:
@@ -226,12 +230,16 @@ class BoxFeatures(FeatureFamily):
         self.max_offset_mm = off
         self.box_size_mm = size
         self.difference = bool(difference)
-        self.n_channels = int(n_channels)
         self.planar = bool(planar)
+        self.filter_bank = filter_bank
+        self.n_channels = (len(filter_bank.channel_names(2 if planar else 3)) if filter_bank is not None
+                           else int(n_channels))
         self.fill = float(fill)
         self.n_features = self.n_channels
 
     def prepare(self, images, channels=None) -> ImageStack:
+        if channels is None and self.filter_bank is not None:
+            channels = self.filter_bank
         stack = ImageStack.from_images(images, integral=True, channels=channels)
         if stack.n_channels != self.n_channels:
             raise InvalidInputError(f"the feature family expects {self.n_channels} channel(s), images give "
@@ -268,12 +276,14 @@ class BoxFeatures(FeatureFamily):
     def to_spec(self):
         return ({"name": self.name, "max_offset_mm": self.max_offset_mm.tolist(),
                  "box_size_mm": self.box_size_mm.tolist(), "difference": self.difference,
-                 "n_channels": self.n_channels, "planar": self.planar, "fill": self.fill}, {})
+                 "n_channels": self.n_channels, "planar": self.planar, "fill": self.fill,
+                 "filter_bank": None if self.filter_bank is None else self.filter_bank.to_spec()}, {})
 
     @classmethod
     def from_spec(cls, spec, arrays):
+        bank = spec.get("filter_bank")
         return cls(spec["max_offset_mm"], spec["box_size_mm"], spec["difference"], spec["n_channels"],
-                   spec["planar"], spec["fill"])
+                   spec["planar"], spec["fill"], None if bank is None else FilterBank.from_spec(bank))
 
     def validate_params(self, params: np.ndarray) -> bool:
         ch = params[:, [0, 7]]
