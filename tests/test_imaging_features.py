@@ -184,3 +184,28 @@ def test_bad_points_and_images():
         ImageStack.from_images([np.full((3, 3), np.nan)], integral=True)
     with pytest.raises(InvalidInputError, match="2-D depth"):
         DepthProbes().prepare([np.ones((2, 3, 3))])
+
+
+def test_background_shortcut_gives_the_same_leaves_as_walking():
+    """Background reference pixels take a precomputed path; it must equal the full traversal."""
+    from imageforest.imaging.features import _probe_apply
+
+    rng = np.random.default_rng(5)
+    depth = np.zeros((30, 40), np.uint16)
+    depth[5:25, 10:30] = rng.integers(900, 1100, (20, 20))
+    yy, xx = np.nonzero(depth > 0)
+    pts = np.c_[np.zeros(yy.size, int), yy, xx]
+    labels = (xx >= 20).astype(int)
+    forest = ImageClassificationForest(DepthProbes(max_offset=8 * 1000.0, background=1e6), n_trees=3, max_depth=8,
+                                       random_state=0).fit([depth], pts, labels)
+    fam = forest.family_
+    every = np.c_[np.zeros(1200, int), np.indices((30, 40)).reshape(2, -1).T]
+    stack = fam.prepare([depth])
+    cpts = check_points(every, stack)
+    table, roots = forest.forest_.packed()
+    shortcut = fam._background_leaves(table, roots)
+    assert np.all(shortcut >= 0)
+    fast = fam.apply((stack, cpts), forest.forest_)
+    slow = _probe_apply(stack.table, stack.base, stack.shape, cpts, table, roots, fam.background,
+                        np.full(3, -1, dtype=np.int32))
+    assert np.array_equal(fast, slow)

@@ -333,8 +333,11 @@ def _probe_responses(table, base, shape, points, params, samples, pos_set, backg
 
 
 @njit(cache=True, parallel=True)
-def _probe_apply(table, base, shape, points, packed, tree_root, background):  # pragma: no cover - numba
-    """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply)."""
+def _probe_apply(table, base, shape, points, packed, tree_root, background, background_leaf):  # pragma: no cover
+    """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply).
+
+    `background_leaf[t] >= 0` is tree t's leaf for any background reference pixel (see `DepthProbes.apply`).
+    """
     n = points.shape[0]
     n_trees = tree_root.shape[0]
     out = np.empty((n, n_trees), dtype=np.int32)
@@ -348,6 +351,9 @@ def _probe_apply(table, base, shape, points, packed, tree_root, background):  # 
             y = points[i, 2]
             x = points[i, 3]
             d = _depth_at(table, b, ny, nx, y, x, background)
+            if d == background and background_leaf[t] >= 0:
+                out[i, t] = background_leaf[t]
+                continue
             inv = 1.0 / d
             node = root
             while packed[node, 0] >= 0.0:
@@ -409,7 +415,28 @@ class DepthProbes(FeatureFamily):
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
         table, roots = forest.packed()
-        return _probe_apply(stack.table, stack.base, stack.shape, points, table, roots, self.background)
+        return _probe_apply(stack.table, stack.base, stack.shape, points, table, roots, self.background,
+                            self._background_leaves(table, roots))
+
+    def _background_leaves(self, table: np.ndarray, roots: np.ndarray) -> np.ndarray:
+        """Each tree's leaf for background reference pixels, or -1 where it cannot be known in advance.
+
+        At a background pixel every offset is divided by `background`; when the forest's largest offset is under
+        half of it, both probes round back onto the pixel itself, read `background` twice, and f = 0 at every
+        node. All such pixels then follow one path per tree: walking it once is exact, and most of a frame is
+        background.
+        """
+        out = np.full(roots.shape[0], -1, dtype=np.int32)
+        split = table[:, 0] >= 0
+        if split.any() and np.abs(table[split, 4:8]).max() / self.background >= 0.5:
+            return out
+        zero = np.float32(0.0)
+        for t, node in enumerate(roots):  # once per tree per call, a path of at most max_depth nodes
+            while table[node, 0] >= 0:
+                left = zero > np.float32(table[node, 2]) and zero <= np.float32(table[node, 3])
+                node = int(table[node, 0]) if left else int(table[node, 1])
+            out[t] = -int(table[node, 0]) - 1
+        return out
 
     def importance_dims(self, params):
         return np.zeros((params.shape[0], 1), dtype=np.int64), np.ones((params.shape[0], 1))
