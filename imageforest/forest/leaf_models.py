@@ -104,6 +104,15 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pr
     return mean, cov
 
 
+@njit(cache=True, inline="always")
+def _design_row(x, x_mean, z):  # pragma: no cover - numba
+    """z = [x - x_mean, 1]: the leaf-centred input with the intercept term."""
+    p = x.shape[0]
+    for a in range(p):
+        z[a] = x[a] - x_mean[a]
+    z[p] = 1.0
+
+
 @njit(cache=True, parallel=True)
 def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragma: no cover - numba
     """Probabilistic-linear fit per leaf.
@@ -140,9 +149,7 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragm
         for m in range(s0, s1):
             i = order[m]
             w = wts[m]
-            for a in range(p):
-                z[a] = X[i, a] - x_mean[leaf, a]
-            z[p] = 1.0
+            _design_row(X[i], x_mean[leaf], z)
             for a in range(p + 1):
                 for b in range(p + 1):
                     gram[a, b] += w * z[a] * z[b]
@@ -158,9 +165,7 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragm
         for m in range(s0, s1):
             i = order[m]
             w = wts[m]
-            for a in range(p):
-                z[a] = X[i, a] - x_mean[leaf, a]
-            z[p] = 1.0
+            _design_row(X[i], x_mean[leaf], z)
             r = np.zeros(d)
             for b in range(d):
                 pred = 0.0
@@ -202,9 +207,7 @@ def linear_components(leaf_ids, X, x_mean, coef, a_inv, noise, with_cov):  # pra
         z = np.empty(p + 1)
         for t in range(n_trees):
             leaf = leaf_ids[i, t]
-            for a in range(p):
-                z[a] = X[i, a] - x_mean[leaf, a]
-            z[p] = 1.0
+            _design_row(X[i], x_mean[leaf], z)
             for b in range(d):
                 acc = 0.0
                 for a in range(p + 1):

@@ -10,6 +10,9 @@ points (n, 4) = (image, z, y, x); planar images have z = 0 and one slice.
   wholly outside reads `fill`.
 - `DepthProbes`: f = J(p + u / J(p)) - J(p + v / J(p)) (eq. 3.2): offsets u, v in pixel x depth units shrink with
   distance, so the feature is depth invariant. Background (J <= 0) and out-of-image probes read `background`.
+
+Each family has its own responses and traversal kernels (as the vector learners do) rather than one generic walk
+taking a response function: the response is inlined into the hot loop, which is where `apply` spends its time.
 """
 
 from __future__ import annotations
