@@ -7,6 +7,7 @@ One engine (seeds/000, Criminisi, Shotton & Konukoglu's unified model) behind ev
 __version__ = "0.1.0"
 
 from imageforest.estimators.classification import ClassificationForest
+from imageforest.estimators.density import DensityForest
 from imageforest.estimators.regression import RegressionForest
 from imageforest.exceptions import (
     ImageForestError,
@@ -17,6 +18,7 @@ from imageforest.exceptions import (
 
 __all__ = [
     "ClassificationForest",
+    "DensityForest",
     "ImageForestError",
     "InvalidInputError",
     "ModelFormatError",

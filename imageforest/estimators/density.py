@@ -1,0 +1,271 @@
+"""DensityForest: density estimation and sampling, seeds/000 ch. 5, on the shared engine.
+
+Training is the engine's Gaussian log-det objective with the inputs as their own targets (eq. 5.2): no new trainer.
+Each leaf l of tree t keeps the Gaussian (mu_l, Lambda_l) of its points and their share pi_l, and
+
+    p_t(v) = pi_l(v) N(v; mu_l, Lambda_l) / Z_t,   Z_t = sum_l pi_l m_l,   m_l = mass of N(mu_l, Lambda_l) in cell l
+
+(eq. 5.3-5.5), p(v) = mean over trees (eq. 5.6). For axis-aligned trees every cell is a box and m_l is a
+multivariate normal box probability (exact up to the CDF routine's 1e-6 tolerance); for oblique and conic cells
+m_l is a Monte Carlo estimate whose standard error is reported in `partition_error_`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+from scipy import stats
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.leaf_models import gaussian_leaves
+from imageforest.forest.objectives import Objective
+from imageforest.forest.storage import ForestArrays
+
+MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic cells
+
+
+@njit(cache=True, parallel=True)
+def _log_density(leaf_ids, X, mean, chol_inv, log_norm):  # pragma: no cover - numba
+    """log p(v) = log mean_t exp(log_norm_l - 0.5 |L_l^-1 (v - mu_l)|^2) for leaves l = leaf_ids[i, t]."""
+    n, n_trees = leaf_ids.shape
+    d = X.shape[1]
+    out = np.empty(n)
+    for i in prange(n):
+        terms = np.empty(n_trees)
+        for t in range(n_trees):
+            leaf = leaf_ids[i, t]
+            q = 0.0
+            for a in range(d):
+                acc = 0.0
+                for b in range(a + 1):
+                    acc += chol_inv[leaf, a, b] * (X[i, b] - mean[leaf, b])
+                q += acc * acc
+            terms[t] = log_norm[leaf] - 0.5 * q
+        top = terms.max()
+        s = 0.0
+        for t in range(n_trees):
+            s += math.exp(terms[t] - top)
+        out[i] = top + math.log(s / n_trees)
+    return out
+
+
+def axis_cells(forest: ForestArrays, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """Box of every leaf's cell for axis-aligned, one-sided trees: lower and upper bounds (n_leaves, d).
+
+    A point goes left when v[k] <= t, so the left child's cell gets upper bound t on axis k and the right child's
+    lower bound t. Open sides are +-inf. Computed top-down, one vectorised step per level.
+    """
+    lo = np.full((forest.n_nodes, n_features), -np.inf)
+    hi = np.full((forest.n_nodes, n_features), np.inf)
+    split = np.flatnonzero(forest.child >= 0)
+    depth = forest.depth[split]
+    for d in range(forest.max_depth + 1):
+        nodes = split[depth == d]
+        left = forest.child[nodes]
+        k = forest.params[nodes, 0].astype(np.int64)
+        thr = forest.thr_hi[nodes].astype(np.float64)
+        for child in (left, left + 1):
+            lo[child] = lo[nodes]
+            hi[child] = hi[nodes]
+        hi[left, k] = np.minimum(hi[left, k], thr)
+        lo[left + 1, k] = np.maximum(lo[left + 1, k], thr)
+    return lo[forest.leaf_node], hi[forest.leaf_node]
+
+
+def box_probability(mean: np.ndarray, cov: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
+    """Mass of N(mean, cov) inside the box [lo, hi] (infinite bounds allowed)."""
+    if mean.shape[0] == 1:
+        sd = math.sqrt(cov[0, 0])
+        return float(stats.norm.cdf(hi[0], mean[0], sd) - stats.norm.cdf(lo[0], mean[0], sd))
+    if np.all(np.isinf(lo)) and np.all(np.isinf(hi)):
+        return 1.0
+    # Genz's quasi-Monte Carlo CDF: a fixed seed keeps the model deterministic.
+    p = stats.multivariate_normal.cdf(hi, mean, cov, lower_limit=lo, abseps=1e-7, releps=1e-6, rng=0)
+    return float(max(p, 0.0))
+
+
+class DensityForest(BaseForest):
+    """A density forest (seeds/000 ch. 5): unsupervised Gaussian gain, piece-wise Gaussian leaves, sampling.
+
+    Parameters
+    ----------
+    n_trees, max_depth, weak_learner, n_candidates, n_thresholds, bootstrap, max_samples, min_samples_split,
+    min_samples_leaf, min_gain, random_state, n_jobs
+        As for `ClassificationForest`. Depth is the main smoothness control (Fig. 5.4-5.6).
+    """
+
+    _task = "density"
+
+    def __init__(self, n_trees: int = 100, max_depth: int | None = 4, weak_learner: str = "axis",
+                 n_candidates="all", n_thresholds: int | None = 16, bootstrap: bool = False, max_samples=None,
+                 min_samples_split: int = 10, min_samples_leaf: int = 5, min_gain: float = 0.0,
+                 random_state=None, n_jobs: int | None = None) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.weak_learner = weak_learner
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_gain = min_gain
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    # Settings shared with the supervised forests that a density forest does not expose.
+    structure = "tree"
+    two_sided = False
+
+    def fit(self, X, y=None, sample_weight=None) -> DensityForest:
+        """Grow the forest on unlabelled X (n_samples, n_features); `y` is ignored."""
+        X, sw = self._prepare_fit(X, sample_weight)
+        X64 = X.astype(np.float64)
+        objective = Objective.regression(X64, "gaussian")
+        grown = self._grow(X, objective, sw)
+        floor = objective.reg  # the gain's variance floor keeps every leaf Gaussian proper
+        with numba_threads(self.n_jobs):
+            mean, cov = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
+                                        np.full(X.shape[1], floor[0]))
+        f = self.forest_
+        csum = np.concatenate([[0.0], np.cumsum(grown.wts)])
+        leaf_w = csum[grown.leaf_end] - csum[grown.leaf_start]
+        tree_w = np.bincount(f.leaf_tree, weights=leaf_w, minlength=f.n_trees)
+        self.leaf_mean_ = mean
+        self.leaf_cov_ = cov
+        self.leaf_share_ = leaf_w / tree_w[f.leaf_tree]
+        self._set_partition(X)
+        return self
+
+    # -- partition function -------------------------------------------------------------------------------
+    def _set_partition(self, X: np.ndarray) -> None:
+        f = self.forest_
+        d = self.n_features_in_
+        if self.weak_learner == "axis":
+            lo, hi = axis_cells(f, d)
+            mass = np.array([box_probability(self.leaf_mean_[k], self.leaf_cov_[k], lo[k], hi[k])
+                             for k in range(f.n_leaves)])
+            mass_se = np.zeros_like(mass)
+            self.cell_lo_, self.cell_hi_ = lo, hi
+        else:
+            mass, mass_se = self._monte_carlo_mass(np.random.default_rng(self.random_state))
+        z = np.bincount(f.leaf_tree, weights=self.leaf_share_ * mass, minlength=f.n_trees)
+        self.leaf_mass_ = mass
+        self.partition_ = z
+        self.partition_error_ = np.sqrt(np.bincount(f.leaf_tree, weights=(self.leaf_share_ * mass_se) ** 2,
+                                                    minlength=f.n_trees))
+        self._prepare_density()
+
+    def _monte_carlo_mass(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Share of each leaf's Gaussian that falls in its own cell, from MC_SAMPLES draws per leaf."""
+        f = self.forest_
+        chol = np.linalg.cholesky(self.leaf_cov_)
+        z = rng.standard_normal((f.n_leaves, MC_SAMPLES, self.n_features_in_))
+        pts = self.leaf_mean_[:, None, :] + np.einsum("lab,lmb->lma", chol, z)
+        flat = np.ascontiguousarray(pts.reshape(-1, self.n_features_in_), dtype=np.float32)
+        leaves = self._apply_checked(flat)
+        own_tree = np.repeat(f.leaf_tree, MC_SAMPLES)
+        reached = leaves[np.arange(flat.shape[0]), own_tree]
+        hit = (reached == np.repeat(np.arange(f.n_leaves), MC_SAMPLES)).reshape(f.n_leaves, MC_SAMPLES)
+        mass = hit.mean(axis=1)
+        return mass, np.sqrt(mass * (1 - mass) / MC_SAMPLES)
+
+    def _prepare_density(self) -> None:
+        d = self.n_features_in_
+        chol = np.linalg.cholesky(self.leaf_cov_)
+        self._chol_inv = np.ascontiguousarray(np.linalg.inv(chol))
+        logdet = 2 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            self._log_norm = (np.log(self.leaf_share_) - np.log(self.partition_[self.forest_.leaf_tree])
+                              - 0.5 * logdet - 0.5 * d * math.log(2 * math.pi))
+
+    # -- queries ------------------------------------------------------------------------------------------
+    def score_samples(self, X) -> np.ndarray:
+        """log p(v) per sample, shape (n_samples,) (eq. 5.6)."""
+        X = self._checked_input(X)
+        leaves = self._apply_checked(X)
+        with numba_threads(self.n_jobs):
+            return _log_density(leaves, X.astype(np.float64), self.leaf_mean_, self._chol_inv, self._log_norm)
+
+    def score(self, X, y=None) -> float:
+        """Mean log-likelihood of X."""
+        return float(np.mean(self.score_samples(X)))
+
+    def sample(self, n_samples: int = 1, random_state=None) -> np.ndarray:
+        """Draw (n_samples, n_features) points from p(v).
+
+        Alg. 5.1 with the exact leaf probabilities: a tree uniformly, then leaf l with probability
+        pi_l m_l / Z_t (the leaf's share of p_t), then its Gaussian truncated to the cell (by rejection).
+        """
+        self._check_fitted()
+        if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
+            raise InvalidInputError(f"n_samples must be a positive integer, got {n_samples!r}")
+        rng = np.random.default_rng(random_state)
+        f = self.forest_
+        weight = self.leaf_share_ * self.leaf_mass_ / self.partition_[f.leaf_tree]
+        trees = rng.integers(0, f.n_trees, n_samples)
+        order = np.argsort(f.leaf_tree, kind="stable")
+        starts = np.searchsorted(f.leaf_tree[order], np.arange(f.n_trees))
+        cum = np.zeros(f.n_leaves)
+        for t in range(f.n_trees):  # cumulative leaf weights within each tree (once per call)
+            sl = order[starts[t]:(starts[t + 1] if t + 1 < f.n_trees else f.n_leaves)]
+            cum[sl] = np.cumsum(weight[sl]) / max(weight[sl].sum(), 1e-300)
+        leaves = np.empty(n_samples, dtype=np.int64)
+        u = rng.random(n_samples)
+        for t in np.unique(trees):
+            sl = order[starts[t]:(starts[t + 1] if t + 1 < f.n_trees else f.n_leaves)]
+            pick = trees == t
+            leaves[pick] = sl[np.minimum(np.searchsorted(cum[sl], u[pick], side="right"), sl.size - 1)]
+        return self._draw_in_cells(leaves, rng)
+
+    def _draw_in_cells(self, leaves: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        chol = np.linalg.cholesky(self.leaf_cov_)
+        out = np.empty((leaves.size, self.n_features_in_))
+        todo = np.arange(leaves.size)
+        for _ in range(10_000):  # rejection rounds; leaves are chosen by in-cell mass, so acceptance is high
+            z = rng.standard_normal((todo.size, self.n_features_in_))
+            cand = self.leaf_mean_[leaves[todo]] + np.einsum("nab,nb->na", chol[leaves[todo]], z)
+            ok = self._in_cell(cand, leaves[todo])
+            out[todo[ok]] = cand[ok]
+            todo = todo[~ok]
+            if todo.size == 0:
+                return out
+        raise RuntimeError("sampling did not converge: a leaf cell holds almost none of its Gaussian")
+
+    def _in_cell(self, pts: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+        if self.weak_learner == "axis":
+            return np.all((pts > self.cell_lo_[leaves]) & (pts <= self.cell_hi_[leaves]), axis=1)
+        reached = self._apply_checked(np.ascontiguousarray(pts, dtype=np.float32))
+        return reached[np.arange(pts.shape[0]), self.forest_.leaf_tree[leaves]] == leaves
+
+    # -- model files --------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {"leaf.mean": self.leaf_mean_, "leaf.cov": self.leaf_cov_, "leaf.share": self.leaf_share_,
+                  "leaf.mass": self.leaf_mass_, "tree.partition": self.partition_,
+                  "tree.partition_error": self.partition_error_}
+        if self.weak_learner == "axis":
+            arrays.update({"leaf.cell_lo": self.cell_lo_, "leaf.cell_hi": self.cell_hi_})
+        return arrays
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        L, T, d = self.forest_.n_leaves, self.forest_.n_trees, self.n_features_in_
+        shapes = {"leaf.mean": (L, d), "leaf.cov": (L, d, d), "leaf.share": (L,), "leaf.mass": (L,),
+                  "tree.partition": (T,), "tree.partition_error": (T,)}
+        if self.weak_learner == "axis":
+            shapes.update({"leaf.cell_lo": (L, d), "leaf.cell_hi": (L, d)})
+        for key, shape in shapes.items():
+            if key not in arrays or arrays[key].shape != shape:
+                raise ModelFormatError(f"array '{key}' is missing or has the wrong shape")
+        self.leaf_mean_ = np.ascontiguousarray(arrays["leaf.mean"], np.float64)
+        self.leaf_cov_ = np.ascontiguousarray(arrays["leaf.cov"], np.float64)
+        self.leaf_share_ = arrays["leaf.share"].astype(np.float64)
+        self.leaf_mass_ = arrays["leaf.mass"].astype(np.float64)
+        self.partition_ = arrays["tree.partition"].astype(np.float64)
+        self.partition_error_ = arrays["tree.partition_error"].astype(np.float64)
+        if self.weak_learner == "axis":
+            self.cell_lo_, self.cell_hi_ = arrays["leaf.cell_lo"], arrays["leaf.cell_hi"]
+        self._prepare_density()
+
