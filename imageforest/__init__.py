@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.density import DensityForest
+from imageforest.estimators.manifold import ManifoldForest
 from imageforest.estimators.regression import RegressionForest
 from imageforest.exceptions import (
     ImageForestError,
@@ -21,6 +22,7 @@ __all__ = [
     "DensityForest",
     "ImageForestError",
     "InvalidInputError",
+    "ManifoldForest",
     "ModelFormatError",
     "NotFittedError",
     "RegressionForest",

@@ -1,0 +1,247 @@
+"""ManifoldForest: Laplacian eigenmaps on forest affinities, seeds/000 ch. 6, on the shared engine.
+
+Trees are grown with the unsupervised Gaussian gain (eq. 6.1, the density forest's). Two training points are
+neighbours in tree t when they share a leaf; their affinity is exp(-D^t) with the binary, Gaussian or Mahalanobis
+distance of eq. 6.3-6.5, and W is the mean over trees (eq. 6.6), built as a sparse matrix leaf by leaf (never an
+n x n dense array). The embedding uses the bottom eigenvectors of L = I - T^-1/2 W T^-1/2 (eq. 6.7) from scipy's
+sparse eigensolver, scaled by T^-1/2 (random-walk normalisation), skipping the constant one. Unseen points are
+mapped by the interpolation of sec. 6.2: per tree, the affinity-weighted mean embedding of the training points in
+the leaf they reach, averaged over trees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit, prange
+from scipy.sparse.linalg import eigsh
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.leaf_models import gaussian_leaves
+from imageforest.forest.objectives import Objective
+
+AFFINITIES = ("binary", "gaussian", "mahalanobis")
+BINARY, GAUSSIAN, MAHALANOBIS = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _pair_distance(model, X, i, j, Y, prec, leaf, inv_eps2):  # pragma: no cover - numba
+    """D^t between row i of X and row j of Y within one leaf (eq. 6.3-6.5)."""
+    if model == BINARY:
+        return 0.0
+    d = X.shape[1]
+    acc = 0.0
+    if model == GAUSSIAN:
+        for a in range(d):
+            diff = X[i, a] - Y[j, a]
+            acc += diff * diff
+        return acc * inv_eps2
+    for a in range(d):
+        da = X[i, a] - Y[j, a]
+        for b in range(d):
+            acc += da * prec[leaf, a, b] * (X[i, b] - Y[j, b])
+    return acc
+
+
+@njit(cache=True, parallel=True)
+def _leaf_pairs(order, leaf_start, leaf_end, X, model, prec, inv_eps2):  # pragma: no cover - numba
+    """All same-leaf pairs with their affinity exp(-D): rows, cols, values (sum over leaves of n_l^2 entries)."""
+    n_leaves = leaf_start.shape[0]
+    sizes = leaf_end - leaf_start
+    offset = np.zeros(n_leaves + 1, dtype=np.int64)
+    for leaf in range(n_leaves):
+        offset[leaf + 1] = offset[leaf] + sizes[leaf] * sizes[leaf]
+    rows = np.empty(offset[-1], dtype=np.int32)
+    cols = np.empty(offset[-1], dtype=np.int32)
+    vals = np.empty(offset[-1])
+    for leaf in prange(n_leaves):
+        k = offset[leaf]
+        for a in range(leaf_start[leaf], leaf_end[leaf]):
+            for b in range(leaf_start[leaf], leaf_end[leaf]):
+                i = order[a]
+                j = order[b]
+                rows[k] = i
+                cols[k] = j
+                vals[k] = np.exp(-_pair_distance(model, X, i, j, X, prec, leaf, inv_eps2))
+                k += 1
+    return rows, cols, vals
+
+
+@njit(cache=True, parallel=True)
+def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, model, prec,
+                 inv_eps2):  # pragma: no cover - numba
+    """Sec. 6.2: per tree, the affinity-weighted mean embedding of the reached leaf's training points."""
+    n, n_trees = leaf_ids.shape
+    k = embedding.shape[1]
+    out = np.zeros((n, k))
+    for i in prange(n):
+        for t in range(n_trees):
+            leaf = leaf_ids[i, t]
+            eta = 0.0
+            acc = np.zeros(k)
+            for m in range(leaf_start[leaf], leaf_end[leaf]):
+                j = order[m]
+                w = np.exp(-_pair_distance(model, Xq, i, j, X_train, prec, leaf, inv_eps2))
+                eta += w
+                for c in range(k):
+                    acc[c] += w * embedding[j, c]
+            if eta > 0.0:
+                for c in range(k):
+                    out[i, c] += acc[c] / eta
+        for c in range(k):
+            out[i, c] /= n_trees
+    return out
+
+
+class ManifoldForest(BaseForest):
+    """A manifold forest (seeds/000 ch. 6): a scikit-learn-style transformer.
+
+    Parameters
+    ----------
+    n_components : int
+        Target dimensionality d'.
+    affinity : {"binary", "gaussian", "mahalanobis"}
+        Per-tree affinity model (eq. 6.5, 6.4, 6.3); "binary" needs no length scale.
+    epsilon : float or None
+        Length scale of the Gaussian model; None uses the RMS distance between same-leaf training points.
+    n_eigenvalues : int
+        How many of the Laplacian's smallest eigenvalues `eigenvalues_` reports, to choose d' by the spectral gap.
+    n_trees, max_depth, weak_learner, n_candidates, n_thresholds, bootstrap, max_samples, min_samples_split,
+    min_samples_leaf, random_state, n_jobs
+        As for `DensityForest`; leaves of a few points give a sparse, local affinity graph.
+
+    Attributes
+    ----------
+    embedding_ : (n_samples, n_components)
+    eigenvalues_ : (n_eigenvalues,) ascending eigenvalues of L (the first is ~0)
+    affinity_matrix_ : scipy.sparse.csr_matrix (n_samples, n_samples), eq. 6.6
+    """
+
+    _task = "manifold"
+
+    def __init__(self, n_components: int = 2, affinity: str = "binary", epsilon: float | None = None,
+                 n_eigenvalues: int = 10, n_trees: int = 50, max_depth: int | None = None,
+                 weak_learner: str = "axis", n_candidates="all", n_thresholds: int | None = 16,
+                 bootstrap: bool = False, max_samples=None, min_samples_split: int = 10, min_samples_leaf: int = 5,
+                 random_state=None, n_jobs: int | None = None) -> None:
+        self.n_components = n_components
+        self.affinity = affinity
+        self.epsilon = epsilon
+        self.n_eigenvalues = n_eigenvalues
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.weak_learner = weak_learner
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    structure = "tree"
+    two_sided = False
+    min_gain = 0.0
+
+    def fit(self, X, y=None, sample_weight=None) -> ManifoldForest:
+        """Grow the forest on X (n_samples, n_features), build W and embed the training points."""
+        X, sw = self._prepare_fit(X, sample_weight)
+        if self.affinity not in AFFINITIES:
+            raise InvalidInputError(f"affinity must be one of {AFFINITIES}, got {self.affinity!r}")
+        if not isinstance(self.n_components, (int, np.integer)) or not 1 <= self.n_components < X.shape[0] - 1:
+            raise InvalidInputError(f"n_components must be an integer in [1, n_samples - 2], got {self.n_components}")
+        X64 = X.astype(np.float64)
+        objective = Objective.regression(X64, "gaussian")
+        grown = self._grow(X, objective, sw)
+        model = AFFINITIES.index(self.affinity)
+        with numba_threads(self.n_jobs):
+            _, cov = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
+                                     np.full(X.shape[1], objective.reg[0]))
+        prec = np.linalg.inv(cov) if model == MAHALANOBIS else np.zeros((1, 1, 1))
+        self._membership = (grown.order.astype(np.int32), grown.leaf_start, grown.leaf_end)
+        self._X = X64
+        self._prec = prec
+        self._inv_eps2 = self._length_scale(grown, X64) if model == GAUSSIAN else 0.0
+        with numba_threads(self.n_jobs):
+            rows, cols, vals = _leaf_pairs(grown.order, grown.leaf_start, grown.leaf_end, X64, model, prec,
+                                           self._inv_eps2)
+        n = X.shape[0]
+        W = sp.coo_matrix((vals / self.forest_.n_trees, (rows, cols)), shape=(n, n)).tocsr()  # sums duplicates
+        self.affinity_matrix_ = W
+        self.embedding_, self.eigenvalues_ = self._spectral(W)
+        return self
+
+    def _length_scale(self, grown, X: np.ndarray) -> float:
+        """1 / eps^2 with eps the RMS distance between a point and its leaf mean (x sqrt 2: pairwise scale)."""
+        counts = grown.leaf_end - grown.leaf_start
+        leaf_of = np.repeat(np.arange(grown.leaf_start.size), counts)
+        pos = np.concatenate([np.arange(a, b) for a, b in zip(grown.leaf_start, grown.leaf_end, strict=True)])
+        pts = X[grown.order[pos]]
+        means = np.zeros((grown.leaf_start.size, X.shape[1]))
+        np.add.at(means, leaf_of, pts)
+        means /= np.maximum(counts, 1)[:, None]
+        ms = 2.0 * np.mean(np.sum((pts - means[leaf_of]) ** 2, axis=1))
+        eps2 = self.epsilon ** 2 if self.epsilon is not None else ms
+        if not eps2 > 0:
+            raise InvalidInputError("epsilon must be positive")
+        return 1.0 / eps2
+
+    def _spectral(self, W: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+        n = W.shape[0]
+        deg = np.asarray(W.sum(axis=1)).ravel()
+        if np.any(deg <= 0):
+            raise InvalidInputError("a training point has no affinity to any other (is a leaf empty?)")
+        d_inv_sqrt = 1.0 / np.sqrt(deg)
+        S = sp.diags(d_inv_sqrt) @ W @ sp.diags(d_inv_sqrt)
+        k = min(max(self.n_components + 1, int(self.n_eigenvalues)), n - 1)
+        # The largest eigenvalues of S are 1 minus the smallest of L; a fixed start vector keeps this deterministic.
+        vals, vecs = eigsh(S, k=k, which="LA", v0=np.sqrt(deg) / np.linalg.norm(np.sqrt(deg)), tol=1e-8)
+        order = np.argsort(-vals)
+        vals, vecs = vals[order], vecs[:, order]
+        emb = vecs[:, 1:self.n_components + 1] * d_inv_sqrt[:, None]
+        emb /= np.linalg.norm(emb, axis=0, keepdims=True)
+        emb *= np.sign(emb[np.argmax(np.abs(emb), axis=0), np.arange(emb.shape[1])])  # deterministic signs
+        return emb * np.sqrt(n), np.clip(1.0 - vals, 0.0, None)
+
+    def fit_transform(self, X, y=None, sample_weight=None) -> np.ndarray:
+        """Fit and return the training embedding (n_samples, n_components)."""
+        return self.fit(X, y, sample_weight).embedding_
+
+    def transform(self, X) -> np.ndarray:
+        """Map unseen points with the interpolation of sec. 6.2, (n_samples, n_components)."""
+        X = self._checked_input(X)
+        if not hasattr(self, "_membership"):
+            raise ModelFormatError("this manifold forest was loaded without its training points")
+        leaves = self._apply_checked(X)
+        order, start, end = self._membership
+        with numba_threads(self.n_jobs):
+            return _interpolate(leaves, X.astype(np.float64), self._X, order, start, end, self.embedding_,
+                                AFFINITIES.index(self.affinity), self._prec, self._inv_eps2)
+
+    # -- model files: the embedding is defined by its training points, so they are saved with it -------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        order, start, end = self._membership
+        return {"train.X": self._X, "train.order": order, "leaf.start": start, "leaf.end": end,
+                "leaf.precision": self._prec, "train.embedding": self.embedding_, "eigenvalues": self.eigenvalues_,
+                "inv_eps2": np.array([self._inv_eps2])}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        try:
+            X = np.ascontiguousarray(arrays["train.X"], np.float64)
+            order = np.ascontiguousarray(arrays["train.order"], np.int32)
+            start = arrays["leaf.start"].astype(np.int64)
+            end = arrays["leaf.end"].astype(np.int64)
+            emb = np.ascontiguousarray(arrays["train.embedding"], np.float64)
+        except KeyError as exc:
+            raise ModelFormatError(f"manifold model lacks {exc}") from None
+        L = self.forest_.n_leaves
+        if (start.shape != (L,) or end.shape != (L,) or np.any(start < 0) or np.any(end > order.size)
+                or np.any(end < start) or np.any(order < 0) or np.any(order >= X.shape[0])
+                or emb.shape[0] != X.shape[0] or X.shape[1] != self.n_features_in_):
+            raise ModelFormatError("manifold model's training tables are inconsistent")
+        self._X, self._membership, self.embedding_ = X, (order, start, end), emb
+        self._prec = np.ascontiguousarray(arrays["leaf.precision"], np.float64)
+        self.eigenvalues_ = arrays["eigenvalues"]
+        self._inv_eps2 = float(arrays["inv_eps2"][0])

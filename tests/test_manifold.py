@@ -1,0 +1,68 @@
+"""ManifoldForest against the monograph's claims (seeds/000 ch. 6)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_swiss_roll
+from sklearn.manifold import SpectralEmbedding, trustworthiness
+
+from imageforest import InvalidInputError, ManifoldForest
+
+
+@pytest.fixture(scope="module")
+def roll():
+    X, t = make_swiss_roll(1200, noise=0.05, random_state=0)
+    Xn, tn = make_swiss_roll(200, noise=0.05, random_state=1)
+    return X, t, Xn, tn
+
+
+@pytest.mark.parametrize("affinity", ["binary", "gaussian", "mahalanobis"])
+def test_swiss_roll_neighbourhoods_are_preserved(roll, affinity):
+    X, t, _, _ = roll
+    forest = ManifoldForest(2, affinity=affinity, n_trees=30, random_state=0)
+    E = forest.fit_transform(X)
+    peer = trustworthiness(X, SpectralEmbedding(2, random_state=0).fit_transform(X), n_neighbors=10)
+    assert trustworthiness(X, E, n_neighbors=10) > peer - 0.02
+    # The embedding unrolls the roll: one coordinate follows the intrinsic position along it.
+    assert max(abs(np.corrcoef(E[:, k], t)[0, 1]) for k in range(2)) > 0.85
+
+
+def test_affinity_matrix_and_spectrum(roll):
+    X = roll[0]
+    forest = ManifoldForest(2, n_trees=10, random_state=0).fit(X)
+    W = forest.affinity_matrix_
+    assert sp.issparse(W) and W.shape == (len(X), len(X))
+    assert W.nnz < 0.1 * len(X) ** 2, "W must stay sparse"
+    assert abs(W - W.T).max() < 1e-12
+    assert np.allclose(W.diagonal(), 1.0)  # each point shares its own leaf in every tree
+    ev = forest.eigenvalues_
+    assert ev.shape == (10,) and abs(ev[0]) < 1e-6 and np.all(np.diff(ev) >= -1e-9)
+
+
+def test_unseen_points_land_near_their_neighbours(roll):
+    X, t, Xn, tn = roll
+    forest = ManifoldForest(2, n_trees=30, random_state=0).fit(X)
+    En = forest.transform(Xn)
+    k = int(np.argmax([abs(np.corrcoef(forest.embedding_[:, c], t)[0, 1]) for c in range(2)]))
+    assert abs(np.corrcoef(En[:, k], tn)[0, 1]) > 0.85
+    # A training point mapped as if unseen lands close to its own embedding.
+    back = forest.transform(X[:50])
+    spread = forest.embedding_.std(axis=0)
+    assert np.median(np.linalg.norm((back - forest.embedding_[:50]) / spread, axis=1)) < 0.2
+
+
+def test_round_trip(tmp_path, roll):
+    X, _, Xn, _ = roll
+    forest = ManifoldForest(2, affinity="gaussian", n_trees=5, random_state=0).fit(X)
+    forest.save(tmp_path / "m.npz")
+    loaded = ManifoldForest.load(tmp_path / "m.npz")
+    assert np.array_equal(loaded.transform(Xn), forest.transform(Xn))
+    assert np.array_equal(loaded.embedding_, forest.embedding_)
+
+
+def test_bad_parameters(roll):
+    X = roll[0]
+    with pytest.raises(InvalidInputError, match="affinity"):
+        ManifoldForest(affinity="cosine").fit(X)
+    with pytest.raises(InvalidInputError, match="n_components"):
+        ManifoldForest(n_components=0).fit(X)
