@@ -9,8 +9,13 @@ responses, take prefix sums and score any left/right partition in O(S). Layouts:
   ``[w, sum y (q), sum y y^T (q*q)]``. A point whose block is NaN does not contribute to that block, so an organ
   missing from a scan does not pull its statistics.
 
+- semi-supervised (``MIXED``, eq. 7.1-7.3): ``n_classes`` class weights of the labelled points (label -1 adds
+  nothing), then one Gaussian block over the inputs of all points.
+
 `weighted_impurity` returns W * H(S) (W the set's weight), so a split's information gain is
-(imp(parent) - imp(left) - imp(right)) / W_parent, which is eq. 3.x / A.3 for each objective.
+(imp(parent) - imp(left) - imp(right)) / W_parent, which is eq. 3.x / A.3 for each objective. For ``MIXED`` the
+supervised term is added with the factor `supervised_scale(parent)` = alpha W_all / W_labelled, which turns the
+sum into I_u + alpha I_s with each gain normalised by its own set, as in eq. 7.1.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-ENTROPY, GINI, GAUSSIAN, SQUARED_ERROR = 0, 1, 2, 3
+ENTROPY, GINI, GAUSSIAN, SQUARED_ERROR, MIXED = 0, 1, 2, 3, 4
 CRITERIA = {"entropy": ENTROPY, "gini": GINI, "gaussian": GAUSSIAN, "squared_error": SQUARED_ERROR}
 
 
@@ -54,12 +59,22 @@ class Objective:
     def n_stats(self) -> int:
         if self.criterion in (ENTROPY, GINI):
             return self.n_classes
-        return self.n_blocks * (1 + self.q + self.q * self.q)
+        blocks = self.n_blocks * (1 + self.q + self.q * self.q)
+        return blocks + (self.n_classes if self.criterion == MIXED else 0)
 
     @classmethod
     def classification(cls, labels: np.ndarray, n_classes: int, criterion: str = "entropy") -> Objective:
         return cls(CRITERIA[criterion], np.ascontiguousarray(labels, dtype=np.int32),
                    np.zeros((0, 0)), n_classes=n_classes, n_blocks=0, q=0, reg=np.zeros(1))
+
+    @classmethod
+    def semi_supervised(cls, labels: np.ndarray, n_classes: int, inputs: np.ndarray, alpha: float,
+                        relative_floor: float = 1e-3) -> Objective:
+        """Mixed gain over `inputs` (n, d) for all points and class `labels` (-1: unlabelled); `reg` carries the
+        Gaussian variance floor followed by alpha."""
+        gauss = cls.regression(inputs, "gaussian", relative_floor=relative_floor)
+        return cls(MIXED, np.ascontiguousarray(labels, dtype=np.int32), gauss.targets, n_classes=n_classes,
+                   n_blocks=1, q=gauss.q, reg=np.array([gauss.reg[0], float(alpha)]))
 
     @classmethod
     def regression(cls, targets: np.ndarray, criterion: str = "gaussian", block_size: int | None = None,
@@ -90,16 +105,19 @@ def accumulate(row, i, w, criterion, labels, targets, n_blocks, q):  # pragma: n
         row[labels[i]] += w
         return
     stride = 1 + q + q * q
+    offset = row.shape[0] - n_blocks * stride  # the class counts in front of a MIXED row; 0 otherwise
+    if criterion == MIXED and labels[i] >= 0:
+        row[labels[i]] += w
     for b in range(n_blocks):
         y0 = b * q
         if math.isnan(targets[i, y0]):
             continue
-        base = b * stride
+        base = offset + b * stride
         row[base] += w
         for a in range(q):
             ya = targets[i, y0 + a]
             row[base + 1 + a] += w * ya
-            if criterion == GAUSSIAN:
+            if criterion != SQUARED_ERROR:
                 for c in range(q):
                     row[base + 1 + q + a * q + c] += w * ya * targets[i, y0 + c]
             else:
@@ -135,49 +153,60 @@ def _half_logdet_cov(row, base, q, reg, work):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def weighted_impurity(row, criterion, n_blocks, q, reg, work):  # pragma: no cover - numba
-    """W * H for the statistics vector `row` (W = the set's weight in each block)."""
-    if criterion <= GINI:
-        total = 0.0
-        for k in range(row.shape[0]):
-            total += row[k]
-        if total <= 0.0:
-            return 0.0
-        acc = 0.0
-        if criterion == ENTROPY:
-            for k in range(row.shape[0]):
-                if row[k] > 0.0:
-                    p = row[k] / total
-                    acc -= p * math.log(p)
-        else:
-            acc = 1.0
-            for k in range(row.shape[0]):
-                p = row[k] / total
-                acc -= p * p
+def _class_impurity(row, n, gini):  # pragma: no cover - numba
+    """W * H of the first n entries (class weights): Shannon entropy, or Gini impurity."""
+    total = 0.0
+    for k in range(n):
+        total += row[k]
+    if total <= 0.0:
+        return 0.0
+    if gini:
+        acc = 1.0
+        for k in range(n):
+            p = row[k] / total
+            acc -= p * p
         return total * acc
+    acc = 0.0
+    for k in range(n):
+        if row[k] > 0.0:
+            p = row[k] / total
+            acc -= p * math.log(p)
+    return total * acc
+
+
+@njit(cache=True, inline="always")
+def weighted_impurity(row, criterion, n_blocks, q, reg, work, mix):  # pragma: no cover - numba
+    """W * H for the statistics vector `row`; `mix` weighs the supervised term of MIXED rows (else unused)."""
+    if criterion <= GINI:
+        return _class_impurity(row, row.shape[0], criterion == GINI)
     stride = 1 + q + q * q
+    offset = row.shape[0] - n_blocks * stride
     acc = 0.0
     for b in range(n_blocks):
-        base = b * stride
+        base = offset + b * stride
         w = row[base]
         if w <= 0.0:
             continue
-        if criterion == GAUSSIAN:
-            acc += w * _half_logdet_cov(row, base, q, reg[b], work)
-        else:
+        if criterion == SQUARED_ERROR:
             for a in range(q):
                 s = row[base + 1 + a]
                 acc += row[base + 1 + q + a * q + a] - s * s / w
+        else:
+            acc += w * _half_logdet_cov(row, base, q, reg[b], work)
+    if criterion == MIXED and mix > 0.0:
+        acc += mix * _class_impurity(row, offset, False)
     return acc
 
 
-@njit(cache=True)
-def total_weight(row, criterion, n_blocks, q):  # pragma: no cover - numba
-    """Weight of the set: class-count sum, or the largest block weight for regression."""
-    if criterion <= GINI:
-        return row.sum()
-    stride = 1 + q + q * q
-    best = 0.0
-    for b in range(n_blocks):
-        best = max(best, row[b * stride])
-    return best
+@njit(cache=True, inline="always")
+def supervised_scale(parent, criterion, n_blocks, q, reg):  # pragma: no cover - numba
+    """alpha W_all / W_labelled of a MIXED parent (0 without labelled points); 1.0 for other criteria."""
+    if criterion != MIXED:
+        return 1.0
+    offset = parent.shape[0] - n_blocks * (1 + q + q * q)
+    w_lab = 0.0
+    for k in range(offset):
+        w_lab += parent[k]
+    if w_lab <= 0.0:
+        return 0.0
+    return reg[n_blocks] * parent[offset] / w_lab

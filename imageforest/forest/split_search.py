@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from imageforest.forest.objectives import GINI, accumulate, weighted_impurity
+from imageforest.forest.objectives import GINI, MIXED, accumulate, supervised_scale, weighted_impurity
 
 N_WORK_BLOCKS = 256
 LINEAR_BIN_MAX = 32
@@ -85,7 +85,7 @@ def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_b
                     hi = mid
         if criterion <= GINI:  # the common cases first, without building a row view per point
             cum[b + 1, labels[samples[m]]] += wts[m]
-        elif n_blocks == 1 and q == 1:  # scalar regression: [w, w y, w y^2]
+        elif n_blocks == 1 and q == 1 and criterion != MIXED:  # scalar regression: [w, w y, w y^2]
             y = targets[samples[m], 0]
             wy = wts[m] * y
             cum[b + 1, 0] += wts[m]
@@ -138,7 +138,8 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
             if w_node <= 0.0:
                 continue
             n_total = ccount[k + 1]
-            parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work)
+            mix = supervised_scale(cum[k + 1], criterion, n_blocks, q, reg)
+            parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work, mix)
             for g in range(n_cfg):
                 i = configs[g, 0]
                 j = configs[g, 1]
@@ -148,8 +149,8 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                 for t in range(n_stats):
                     left[t] = cum[j, t] - cum[i, t]
                     right[t] = cum[k + 1, t] - left[t]
-                child = weighted_impurity(left, criterion, n_blocks, q, reg, work)
-                child += weighted_impurity(right, criterion, n_blocks, q, reg, work)
+                child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
+                child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
                 out[s, c, g] = (parent - child) / w_node
     return out
 
@@ -171,7 +172,8 @@ def _best_sorted_split(resp_c, a, n, samples, wts, criterion, labels, targets, n
     best_thr = np.float32(0.0)
     if w_node <= 0.0:
         return best, best_thr
-    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work)
+    mix = supervised_scale(total, criterion, n_blocks, q, reg)
+    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work, mix)
     for r in range(n - 1):
         m = a + idx[r]
         accumulate(left, samples[m], wts[m], criterion, labels, targets, n_blocks, q)
@@ -181,8 +183,8 @@ def _best_sorted_split(resp_c, a, n, samples, wts, criterion, labels, targets, n
             continue
         for t in range(total.shape[0]):
             right[t] = total[t] - left[t]
-        g = (parent - weighted_impurity(left, criterion, n_blocks, q, reg, work)
-             - weighted_impurity(right, criterion, n_blocks, q, reg, work)) / w_node
+        g = (parent - weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
+             - weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)) / w_node
         if g > best:
             best = g
             mid = np.float32(0.5 * (np.float64(v0) + np.float64(v1)))

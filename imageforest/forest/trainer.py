@@ -81,16 +81,17 @@ def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - n
     n = stats.shape[0]
     pure = np.zeros(n, dtype=np.bool_)
     stride = 1 + q + q * q
+    offset = stats.shape[1] - n_blocks * stride  # class counts in front of semi-supervised rows
     for s in prange(n):
         row = stats[s]
         if criterion <= GINI:
             total = row.sum()
             pure[s] = row.max() >= total * (1.0 - 1e-12)
-        else:
+        else:  # targets (or, semi-supervised, inputs) all alike
             spread = 0.0
             scale = 0.0
             for b in range(n_blocks):
-                base = b * stride
+                base = offset + b * stride
                 w = row[base]
                 if w <= 0.0:
                     continue
