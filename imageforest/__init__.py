@@ -10,6 +10,7 @@ from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.density import DensityForest
 from imageforest.estimators.manifold import ManifoldForest
 from imageforest.estimators.regression import RegressionForest
+from imageforest.estimators.semi_supervised import SemiSupervisedForest
 from imageforest.exceptions import (
     ImageForestError,
     InvalidInputError,
@@ -26,5 +27,6 @@ __all__ = [
     "ModelFormatError",
     "NotFittedError",
     "RegressionForest",
+    "SemiSupervisedForest",
     "__version__",
 ]

@@ -1,0 +1,203 @@
+"""SemiSupervisedForest: transductive and inductive learning, active learning; seeds/000 ch. 7, on the shared engine.
+
+Trees are grown with the mixed gain I = I_u + alpha I_s (eq. 7.1-7.3): the unsupervised Gaussian gain over all
+points keeps splits in low-density gaps, the entropy gain over the labelled points (y = -1: unlabelled, the
+scikit-learn convention) separates the classes.
+
+Transduction (sec. 7.3) runs at the level of leaf clusters, so it scales with leaves rather than points: within each
+tree every leaf is linked to its nearest leaves by the symmetric Mahalanobis distance between the leaves' Gaussians
+(eq. 7.4), and each leaf takes the class whose labelled leaves are geodesically nearest (multi-source shortest paths
+with scipy.sparse.csgraph; all trees in one block-diagonal graph). Votes over trees give `label_distributions_`.
+Induction (sec. 7.4): leaves hold histograms of the transduced label distributions, so `predict_proba` works for
+unseen points. Active learning (sec. 7.5): `suggest_queries` picks high-entropy points that share few leaves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit, prange
+from scipy.sparse.csgraph import dijkstra
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.leaf_models import gaussian_leaves, tree_average
+from imageforest.forest.objectives import Objective
+
+
+@njit(cache=True, parallel=True)
+def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):  # pragma: no cover - numba
+    """For every leaf, its k nearest leaves of the same tree by symmetric Mahalanobis distance between means:
+    rows, cols, distances (n_leaves * k entries; -1 columns where a tree has fewer leaves)."""
+    n_leaves, d = means.shape
+    rows = np.full(n_leaves * k, -1, dtype=np.int64)
+    cols = np.full(n_leaves * k, -1, dtype=np.int64)
+    dist = np.zeros(n_leaves * k)
+    for a in prange(n_leaves):
+        t = leaf_tree[a]
+        lo = tree_first[t]
+        hi = tree_last[t]
+        cand = np.empty(hi - lo)
+        for b in range(lo, hi):
+            q = 0.0
+            for i in range(d):
+                di = means[a, i] - means[b, i]
+                for j in range(d):
+                    q += di * 0.5 * (precs[a, i, j] + precs[b, i, j]) * (means[a, j] - means[b, j])
+            cand[b - lo] = np.sqrt(max(q, 0.0)) if b != a else np.inf
+        idx = np.argsort(cand)
+        for r in range(min(k, hi - lo - 1)):
+            rows[a * k + r] = a
+            cols[a * k + r] = lo + idx[r]
+            dist[a * k + r] = cand[idx[r]]
+    return rows, cols, dist
+
+
+class SemiSupervisedForest(BaseForest):
+    """A semi-supervised forest (seeds/000 ch. 7).
+
+    Parameters
+    ----------
+    alpha : float
+        Weight of the supervised gain in I = I_u + alpha I_s.
+    n_neighbours : int
+        Leaves each leaf links to in the transduction graph.
+    n_trees, max_depth, weak_learner, n_candidates, n_thresholds, bootstrap, max_samples, min_samples_split,
+    min_samples_leaf, random_state, n_jobs
+        As for `ClassificationForest`.
+
+    Attributes
+    ----------
+    classes_ : labelled classes
+    transduction_ : (n_samples,) label of every training point (labelled points keep theirs)
+    label_distributions_ : (n_samples, n_classes) share of trees voting for each class
+    """
+
+    _task = "semi-supervised"
+
+    def __init__(self, alpha: float = 1.0, n_neighbours: int = 4, n_trees: int = 100, max_depth: int | None = None,
+                 weak_learner: str = "axis", n_candidates="all", n_thresholds: int | None = 16,
+                 bootstrap: bool = False, max_samples=None, min_samples_split: int = 4, min_samples_leaf: int = 2,
+                 random_state=None, n_jobs: int | None = None) -> None:
+        self.alpha = alpha
+        self.n_neighbours = n_neighbours
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.weak_learner = weak_learner
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    structure = "tree"
+    two_sided = False
+    min_gain = 0.0
+
+    def fit(self, X, y, sample_weight=None) -> SemiSupervisedForest:
+        """Grow on all of X (n_samples, n_features); y (n_samples,) holds class labels, -1 for unlabelled."""
+        X, sw = self._prepare_fit(X, sample_weight)
+        y = np.asarray(y)
+        if y.shape != (X.shape[0],):
+            raise InvalidInputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        labelled = y != -1
+        classes, enc = np.unique(y[labelled], return_inverse=True)
+        if classes.size < 2:
+            raise InvalidInputError("at least two labelled classes are needed (y = -1 marks unlabelled points)")
+        if not (isinstance(self.alpha, (int, float)) and self.alpha >= 0):
+            raise InvalidInputError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        if not isinstance(self.n_neighbours, (int, np.integer)) or self.n_neighbours < 1:
+            raise InvalidInputError(f"n_neighbours must be a positive integer, got {self.n_neighbours!r}")
+        labels = np.full(X.shape[0], -1, dtype=np.int32)
+        labels[labelled] = enc
+        X64 = X.astype(np.float64)
+        objective = Objective.semi_supervised(labels, classes.size, X64, float(self.alpha))
+        grown = self._grow(X, objective, sw)
+        with numba_threads(self.n_jobs):
+            means, covs = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
+                                          np.full(X.shape[1], objective.reg[0]))
+        self.classes_ = classes
+        leaf_ids = self._apply_checked(X)
+        leaf_label = self._transduce_leaves(means, np.linalg.inv(covs), leaf_ids, labels)
+        votes = leaf_label[leaf_ids]  # (n, T)
+        dist = np.stack([(votes == c).mean(axis=1) for c in range(classes.size)], axis=1)
+        dist[labelled] = np.eye(classes.size)[enc]
+        self.label_distributions_ = dist
+        self.transduction_ = classes[np.argmax(dist, axis=1)]
+        # Induction: every leaf's histogram of the transduced distributions of the points that reach it.
+        post = np.zeros((self.forest_.n_leaves, classes.size))
+        np.add.at(post, leaf_ids.ravel(), np.repeat(dist, leaf_ids.shape[1], axis=0))
+        self.leaf_posterior_ = post / np.maximum(post.sum(axis=1, keepdims=True), 1e-300)
+        return self
+
+    def _transduce_leaves(self, means, precs, leaf_ids, labels) -> np.ndarray:
+        """Class of every leaf by geodesic distance to labelled leaves (per tree, all trees in one graph)."""
+        f = self.forest_
+        C = self.classes_.size
+        tree_first = np.searchsorted(f.leaf_tree, np.arange(f.n_trees))
+        tree_last = np.append(tree_first[1:], f.n_leaves)
+        rows, cols, dist = _leaf_neighbours(means, precs, tree_first, tree_last, f.leaf_tree,
+                                            int(self.n_neighbours))
+        ok = rows >= 0
+        n = f.n_leaves
+        graph = sp.coo_matrix((np.maximum(dist[ok], 1e-12), (rows[ok], cols[ok])), shape=(n, n)).tocsr()
+        graph = graph.maximum(graph.T)  # symmetric: a link either way
+        # Labelled counts per (leaf, class): seeds of the shortest-path search, and tie-breaks within a leaf.
+        lab = labels >= 0
+        counts = np.zeros((n, C))
+        np.add.at(counts, (leaf_ids[lab].ravel(), np.repeat(labels[lab], leaf_ids.shape[1])), 1.0)
+        geo = np.full((C, n), np.inf)
+        for c in range(C):  # one multi-source search per class covers every tree at once
+            seeds = np.flatnonzero(counts[:, c] > 0)
+            if seeds.size:
+                geo[c] = dijkstra(graph, directed=False, indices=seeds, min_only=True)
+        leaf_label = np.argmin(geo, axis=0)
+        has_labels = counts.sum(axis=1) > 0
+        leaf_label[has_labels] = np.argmax(counts[has_labels], axis=1)
+        return leaf_label
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Inductive posterior for unseen points, (n_samples, n_classes)."""
+        X = self._checked_input(X)
+        with numba_threads(self.n_jobs):
+            return tree_average(self._apply_checked(X), self.leaf_posterior_)
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def score(self, X, y) -> float:
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    def suggest_queries(self, X, k: int = 1) -> np.ndarray:
+        """Indices of the k points of X whose labels would help most (sec. 7.5): highest posterior entropy,
+        each pick discounting the points that share its leaves so the queries stay spread out."""
+        X = self._checked_input(X)
+        if not isinstance(k, (int, np.integer)) or not 1 <= k <= X.shape[0]:
+            raise InvalidInputError(f"k must be an integer in [1, {X.shape[0]}], got {k!r}")
+        leaves = self._apply_checked(X)
+        with numba_threads(self.n_jobs):
+            p = tree_average(leaves, self.leaf_posterior_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=1)
+        chosen = []
+        for _ in range(k):  # k picks, each one vectorised over all candidates
+            i = int(np.argmax(score))
+            chosen.append(i)
+            shared = (leaves == leaves[i]).mean(axis=1)
+            score = score * (1.0 - shared)
+            score[chosen] = -np.inf
+        return np.array(chosen, dtype=np.int64)
+
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        classes = self.classes_ if self.classes_.dtype.kind in "biufU" else self.classes_.astype(str)
+        return {"leaf.posterior": self.leaf_posterior_, "classes": classes}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        post, classes = arrays.get("leaf.posterior"), arrays.get("classes")
+        if post is None or classes is None or post.shape != (self.forest_.n_leaves, classes.size):
+            raise ModelFormatError("leaf posteriors do not match the forest's leaves and classes")
+        self.leaf_posterior_ = np.ascontiguousarray(post, np.float64)
+        self.classes_ = classes

@@ -1,0 +1,64 @@
+"""SemiSupervisedForest against the monograph's claims (seeds/000 ch. 7)."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_moons
+
+from imageforest import ClassificationForest, InvalidInputError, SemiSupervisedForest
+
+
+@pytest.fixture(scope="module")
+def moons():
+    X, y = make_moons(400, noise=0.08, random_state=0)
+    Xt, yt = make_moons(600, noise=0.08, random_state=1)
+    return X, y, Xt, yt
+
+
+def four_labels(y, seed):
+    rng = np.random.default_rng(seed)
+    lab = np.r_[rng.choice(np.flatnonzero(y == 0), 2, replace=False),
+                rng.choice(np.flatnonzero(y == 1), 2, replace=False)]
+    partial = np.full(y.size, -1)
+    partial[lab] = y[lab]
+    return lab, partial
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_four_labels_follow_the_low_density_gap(moons, seed):
+    """Sec. 7: with 4 labels and hundreds of unlabelled points the decision follows the gap between the moons."""
+    X, y, Xt, yt = moons
+    lab, partial = four_labels(y, seed)
+    forest = SemiSupervisedForest(n_trees=50, random_state=0).fit(X, partial)
+    supervised = ClassificationForest(n_trees=50, random_state=0).fit(X[lab], y[lab])
+    assert np.mean(forest.transduction_ == y) > 0.9
+    assert forest.score(Xt, yt) > 0.9
+    assert forest.score(Xt, yt) > supervised.score(Xt, yt)
+    assert np.array_equal(forest.transduction_[lab], y[lab])  # labelled points keep their labels
+    assert np.allclose(forest.label_distributions_.sum(axis=1), 1.0)
+
+
+def test_active_learning_asks_about_uncertain_spread_out_points(moons):
+    X, y, Xt, _ = moons
+    _, partial = four_labels(y, 1)
+    forest = SemiSupervisedForest(n_trees=50, random_state=0).fit(X, partial)
+    q = forest.suggest_queries(Xt, 5)
+    assert q.shape == (5,) and len(set(q.tolist())) == 5
+    p = forest.predict_proba(Xt)
+    entropy = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), axis=1)
+    assert entropy[q[0]] == pytest.approx(entropy.max())
+    assert np.mean(entropy[q]) > np.median(entropy)
+    # Spread: the picks are not all near one another.
+    d = np.linalg.norm(Xt[q][:, None] - Xt[q][None], axis=-1)
+    assert d[np.triu_indices(5, 1)].max() > 0.3
+
+
+def test_round_trip_and_errors(tmp_path, moons):
+    X, y, Xt, _ = moons
+    _, partial = four_labels(y, 0)
+    forest = SemiSupervisedForest(n_trees=5, random_state=0).fit(X, partial)
+    forest.save(tmp_path / "s.npz")
+    assert np.array_equal(SemiSupervisedForest.load(tmp_path / "s.npz").predict_proba(Xt), forest.predict_proba(Xt))
+    with pytest.raises(InvalidInputError, match="two labelled classes"):
+        SemiSupervisedForest().fit(X, np.where(partial == 1, -1, partial))
+    with pytest.raises(InvalidInputError, match="shape"):
+        SemiSupervisedForest().fit(X, partial[:-1])
