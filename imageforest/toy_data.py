@@ -59,3 +59,11 @@ def ambiguous_gap_regression(n: int = 120, noise: float = 0.03, seed: int = 0) -
     x = np.r_[rng.uniform(0, 0.35, half), rng.uniform(0.65, 1.0, n - half)]
     y = np.r_[0.2 + 0.1 * x[:half], 0.8 - 0.1 * (x[half:] - 0.65)] + rng.normal(0, noise, n)
     return x[:, None], y
+
+
+def s_shape(n: int = 1000, noise: float = 0.05, seed: int = 0) -> np.ndarray:
+    """Points along an "S" in 2-D (Fig. 5.13-5.14): x = sin(2t) / 2, y = t / 2 for t in [-3 pi / 4, 3 pi / 4], plus
+    noise. Near x = 0 the conditional p(y | x) has three modes (y = 0 and +-pi / 4)."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(-0.75 * np.pi, 0.75 * np.pi, n)
+    return np.c_[0.5 * np.sin(2 * t) + rng.normal(0, noise, n), 0.5 * t + rng.normal(0, noise, n)]

@@ -76,3 +76,33 @@ def test_bad_sample_count(data):
     forest = DensityForest(n_trees=2, max_depth=2, random_state=0).fit(data[0])
     with pytest.raises(InvalidInputError):
         forest.sample(0)
+
+
+def _modes(pdf, grid, rel=0.15):
+    peaks = np.flatnonzero((pdf[1:-1] > pdf[:-2]) & (pdf[1:-1] >= pdf[2:])) + 1
+    return grid[peaks[pdf[peaks] > rel * pdf.max()]]
+
+
+def test_conditional_of_the_s_is_multimodal_where_the_curve_folds():
+    """Fig. 5.14: p(y | x) of the "S" has three modes near x = 0 and one near its ends."""
+    from imageforest.toy_data import s_shape
+
+    X = s_shape(3000, seed=0)
+    forest = DensityForest(n_trees=100, max_depth=6, random_state=0).fit(X)
+    grid = np.linspace(-1.5, 1.5, 601)
+    pdf = forest.conditional_pdf([[0.0], [0.45]], grid, y_dim=1)
+    assert np.allclose(pdf.sum(axis=1) * (grid[1] - grid[0]), 1.0, atol=0.02)
+    middle = _modes(pdf[0], grid)
+    assert len(middle) >= 3 and middle.min() < -0.5 and middle.max() > 0.5 and np.any(np.abs(middle) < 0.2)
+    # Samples from Alg. 5.3 reproduce the conditional: the same three branches, in proportion.
+    samples = forest.sample_conditional([[0.0]], 6000, y_dim=1, random_state=0)[0]
+    hist, edges = np.histogram(samples, bins=grid[::10], density=True)
+    centres = 0.5 * (edges[1:] + edges[:-1])
+    assert np.abs(hist - np.interp(centres, grid, pdf[0])).mean() < 0.15 * pdf[0].max()
+
+
+def test_conditionals_need_axis_cells(data):
+    from imageforest import InvalidInputError
+    forest = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", random_state=0).fit(data[0])
+    with pytest.raises(InvalidInputError, match="axis"):
+        forest.conditional_pdf([[0.0]], np.linspace(0, 1, 5))

@@ -241,6 +241,80 @@ class DensityForest(BaseForest):
         reached = self._apply_checked(np.ascontiguousarray(pts, dtype=np.float32))
         return reached[np.arange(pts.shape[0]), self.forest_.leaf_tree[leaves]] == leaves
 
+    # -- conditionals (axis-aligned forests, eq. 5.10, Alg. 5.3) ----------------------------------------------
+    def _conditional_parts(self, x_values, y_dim: int):
+        """Per query and leaf: weight, conditional mean and sd, and the cell's y-interval.
+
+        The weight is the leaf's share of the joint density along the line {x = x*}:
+        pi_l / Z_t * N(x*; mu_x, Sigma_xx), nonzero only where x* lies in the cell.
+        """
+        self._check_fitted()
+        if self.weak_learner != "axis":
+            raise InvalidInputError("conditionals need axis-aligned cells (weak_learner='axis')")
+        d = self.n_features_in_
+        if not 0 <= y_dim < d or d < 2:
+            raise InvalidInputError(f"y_dim must index one of the {d} features, and there must be at least two")
+        xs = [k for k in range(d) if k != y_dim]
+        x = np.atleast_2d(np.asarray(x_values, dtype=np.float64))
+        if x.shape[1] != len(xs) or not np.all(np.isfinite(x)):
+            raise InvalidInputError(f"x_values must be finite with {len(xs)} columns (every feature but y_dim)")
+        mu, cov = self.leaf_mean_, self.leaf_cov_
+        sxx = cov[:, xs][:, :, xs]
+        sxy = cov[:, xs, y_dim]
+        gain = np.linalg.solve(sxx, sxy[..., None])[..., 0]                      # (L, dx)
+        sd = np.sqrt(np.maximum(cov[:, y_dim, y_dim] - np.einsum("lk,lk->l", gain, sxy), 1e-300))
+        diff = x[:, None, :] - mu[None, :, xs]                                    # (m, L, dx)
+        cond_mean = mu[None, :, y_dim] + np.einsum("mlk,lk->ml", diff, gain)
+        chol = np.linalg.cholesky(sxx)
+        z = np.linalg.solve(chol[None], diff[..., None])[..., 0]
+        log_marg = (-0.5 * np.sum(z * z, axis=-1) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
+                    - 0.5 * len(xs) * math.log(2 * math.pi))
+        inside = np.all((x[:, None, :] > self.cell_lo_[None, :, xs]) & (x[:, None, :] <= self.cell_hi_[None, :, xs]),
+                        axis=2)
+        share = self.leaf_share_ / self.partition_[self.forest_.leaf_tree]
+        weight = np.where(inside, share[None] * np.exp(log_marg), 0.0)
+        return weight, cond_mean, sd, self.cell_lo_[:, y_dim], self.cell_hi_[:, y_dim]
+
+    def conditional_pdf(self, x_values, y_grid, y_dim: int = -1) -> np.ndarray:
+        """p(y | x = x*) of an axis-aligned density forest (eq. 5.10), conditioning on every feature but `y_dim`.
+
+        Parameters
+        ----------
+        x_values : (m, n_features - 1) values of the other features
+        y_grid : (G,) values of feature `y_dim`
+
+        Returns
+        -------
+        (m, G) conditional densities; rows integrate to 1
+        """
+        y_dim = y_dim % self.n_features_in_
+        w, mean, sd, lo, hi = self._conditional_parts(x_values, y_dim)
+        mass = stats.norm.cdf(hi[None], mean, sd) - stats.norm.cdf(lo[None], mean, sd)
+        z = np.sum(w * mass, axis=1, keepdims=True)
+        y = np.asarray(y_grid, dtype=np.float64)
+        inside = (y[None, None, :] > lo[None, :, None]) & (y[None, None, :] <= hi[None, :, None])
+        dens = np.where(inside, stats.norm.pdf(y[None, None, :], mean[..., None], sd[None, :, None]), 0.0)
+        return np.einsum("ml,mlg->mg", w, dens) / np.maximum(z, 1e-300)
+
+    def sample_conditional(self, x_values, n_samples: int, y_dim: int = -1, random_state=None) -> np.ndarray:
+        """Draw y ~ p(y | x = x*) (Alg. 5.3): a leaf by its share of the conditional, then its Gaussian
+        conditional truncated to the cell, by inverse CDF. Returns (m, n_samples)."""
+        y_dim = y_dim % self.n_features_in_
+        w, mean, sd, lo, hi = self._conditional_parts(x_values, y_dim)
+        rng = np.random.default_rng(random_state)
+        c_lo = stats.norm.cdf(lo[None], mean, sd)
+        c_hi = stats.norm.cdf(hi[None], mean, sd)
+        p = w * (c_hi - c_lo)
+        if np.any(p.sum(axis=1) <= 0):
+            raise InvalidInputError("an x value lies where the forest has no density")
+        p /= p.sum(axis=1, keepdims=True)
+        out = np.empty((p.shape[0], n_samples))
+        for i in range(p.shape[0]):  # one vectorised draw per query point
+            leaves = rng.choice(p.shape[1], size=n_samples, p=p[i])
+            u = c_lo[i, leaves] + rng.random(n_samples) * (c_hi[i, leaves] - c_lo[i, leaves])
+            out[i] = mean[i, leaves] + sd[leaves] * stats.norm.ppf(np.clip(u, 1e-300, 1 - 1e-16))
+        return out
+
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
         arrays = {"leaf.mean": self.leaf_mean_, "leaf.cov": self.leaf_cov_, "leaf.share": self.leaf_share_,
