@@ -1,4 +1,4 @@
-"""Draw the monograph's chapter 3-4 figures from this engine (seeds/000 Fig. 3.3-3.12, 4.6-4.9).
+"""Draw the monograph's chapter 3-7 figures from this engine (seeds/000 Fig. 3.3-3.12, 4.6-4.9, ch. 5-7).
 
     python examples/gallery.py --out gallery
 
@@ -14,14 +14,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plots import figure, save, show_posterior, show_regression
 
-from imageforest import ClassificationForest, RegressionForest
+from imageforest import ClassificationForest, DensityForest, ManifoldForest, RegressionForest, SemiSupervisedForest
 from imageforest.toy_data import (
     ambiguous_gap_regression,
     four_clusters,
     gap_regression,
+    s_shape,
     separable_clusters,
     spirals,
 )
@@ -84,12 +87,92 @@ def regression(out: Path) -> None:
     save(fig, out / "ch4_regression_posteriors.png")
 
 
+def _density_image(ax, forest, X, title, lim=2.0):
+    g = np.linspace(-lim, lim, 200)
+    xx, yy = np.meshgrid(g, g[::-1])
+    p = np.exp(forest.score_samples(np.c_[xx.ravel(), yy.ravel()])).reshape(200, 200)
+    ax.imshow(p, extent=(-lim, lim, -lim, lim), cmap="magma")
+    ax.scatter(X[:, 0], X[:, 1], s=1, c="c", alpha=0.4)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def density(out: Path) -> None:
+    """Fig. 5.4-5.6, 5.10, 5.14: densities for varying T and depth, samples, and conditionals of the S."""
+    X = spirals(200, 4, noise=0.05, seed=0)[0]
+    fig, axes = figure(4, 2, size=3.0)
+    for ax, (T, D) in zip(axes[0], [(1, 5), (100, 3), (100, 5), (100, 8)], strict=True):
+        _density_image(ax, DensityForest(n_trees=T, max_depth=D, random_state=0).fit(X), X,
+                       f"p(v): T={T}, max_depth={D}", lim=1.4)
+    f = DensityForest(n_trees=100, max_depth=5, random_state=0).fit(X)
+    S = f.sample(3000, random_state=0)
+    axes[1, 0].scatter(S[:, 0], S[:, 1], s=1, c="r")
+    axes[1, 0].set_title("3000 samples (Alg. 5.1)", fontsize=9)
+    axes[1, 0].set_xlim(-1.4, 1.4)
+    axes[1, 0].set_ylim(-1.4, 1.4)
+    Xs = s_shape(3000, seed=0)
+    fs = DensityForest(n_trees=100, max_depth=6, random_state=0).fit(Xs)
+    _density_image(axes[1, 1], fs, Xs, 'the "S", T=100, max_depth=6', lim=1.3)
+    grid = np.linspace(-1.3, 1.3, 400)
+    for ax, x0 in zip(axes[1, 2:], (0.0, 0.45), strict=True):
+        pdf = fs.conditional_pdf([[x0]], grid, y_dim=1)[0]
+        smp = fs.sample_conditional([[x0]], 5000, y_dim=1, random_state=0)[0]
+        ax.hist(smp, bins=80, density=True, color="0.8", label="samples (Alg. 5.3)")
+        ax.plot(grid, pdf, "k", lw=1.2, label="p(y|x)")
+        ax.set_title(f"p(y | x = {x0}) of the S", fontsize=9)
+        ax.legend(fontsize=7)
+    save(fig, out / "ch5_density.png")
+
+
+def manifold(out: Path) -> None:
+    """Fig. 6.x: swiss-roll embeddings coloured by the true manifold coordinate."""
+    from sklearn.datasets import make_swiss_roll
+
+    X, t = make_swiss_roll(2000, noise=0.05, random_state=0)
+    fig, axes = figure(4, size=3.0)
+    ax3 = fig.add_subplot(1, 4, 1, projection="3d")
+    axes[0, 0].remove()
+    ax3.scatter(X[:, 0], X[:, 1], X[:, 2], c=t, s=2, cmap="viridis")
+    ax3.set_title("swiss roll (colour: position)", fontsize=9)
+    for ax, aff in zip(axes[0, 1:], ("binary", "gaussian", "mahalanobis"), strict=True):
+        m = ManifoldForest(2, affinity=aff, n_trees=30, random_state=0)
+        E = m.fit_transform(X)
+        ax.scatter(E[:, 0], E[:, 1], c=t, s=2, cmap="viridis")
+        ax.set_title(f"{aff} affinity, T=30", fontsize=9)
+    save(fig, out / "ch6_manifold.png")
+
+
+def semi_supervised(out: Path) -> None:
+    """Fig. 7.x: transductive and inductive posteriors from 4 labels."""
+    from sklearn.datasets import make_moons
+
+    X, y = make_moons(500, noise=0.08, random_state=0)
+    X = (X - X.mean(0)) / X.std(0) * 0.6
+    lab = np.array([np.flatnonzero(y == 0)[0], np.flatnonzero(y == 0)[1], np.flatnonzero(y == 1)[0],
+                    np.flatnonzero(y == 1)[1]])
+    partial = np.full(y.size, -1)
+    partial[lab] = y[lab]
+    f = SemiSupervisedForest(n_trees=100, random_state=0).fit(X, partial)
+    sup = ClassificationForest(n_trees=100, random_state=0).fit(X[lab], y[lab])
+    fig, axes = figure(3, size=3.4)
+    axes[0, 0].scatter(X[:, 0], X[:, 1], c=np.where(partial < 0, 0.5, partial), cmap="coolwarm", s=4)
+    axes[0, 0].scatter(X[lab, 0], X[lab, 1], c=y[lab], cmap="coolwarm", s=80, edgecolors="k", marker="*")
+    axes[0, 0].set_title("4 labels (stars), 496 unlabelled", fontsize=9)
+    axes[0, 1].scatter(X[:, 0], X[:, 1], c=f.label_distributions_[:, 1], cmap="coolwarm", s=4)
+    axes[0, 1].set_title(f"transduction (acc {np.mean(f.transduction_ == y):.2f})", fontsize=9)
+    show_posterior(axes[0, 2], f, X, f.transduction_, "induction p(c|v) vs supervised on 4 labels "
+                   f"({sup.score(X, y):.2f})", lim=1.5)
+    axes[0, 2].title.set_fontsize(8)
+    save(fig, out / "ch7_semi_supervised.png")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Draw the chapter 3-4 figures from imageforest.")
     parser.add_argument("--out", type=Path, default=Path("gallery"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for fn in (weak_learners, forest_size, depth, randomness, regression):
+    for fn in (weak_learners, forest_size, depth, randomness, regression, density, manifold, semi_supervised):
         t0 = time.perf_counter()
         fn(args.out)
         print(f"{fn.__name__:14s} {time.perf_counter() - t0:6.1f} s")
