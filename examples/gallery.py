@@ -149,8 +149,9 @@ def semi_supervised(out: Path) -> None:
 
     X, y = make_moons(500, noise=0.08, random_state=0)
     X = (X - X.mean(0)) / X.std(0) * 0.6
-    lab = np.array([np.flatnonzero(y == 0)[0], np.flatnonzero(y == 0)[1], np.flatnonzero(y == 1)[0],
-                    np.flatnonzero(y == 1)[1]])
+    rng = np.random.default_rng(0)  # 2 random labels per class, as in the tests
+    lab = np.r_[rng.choice(np.flatnonzero(y == 0), 2, replace=False), rng.choice(np.flatnonzero(y == 1), 2,
+                                                                                   replace=False)]
     partial = np.full(y.size, -1)
     partial[lab] = y[lab]
     f = SemiSupervisedForest(n_trees=100, random_state=0).fit(X, partial)
@@ -161,8 +162,8 @@ def semi_supervised(out: Path) -> None:
     axes[0, 0].set_title("4 labels (stars), 496 unlabelled", fontsize=9)
     axes[0, 1].scatter(X[:, 0], X[:, 1], c=f.label_distributions_[:, 1], cmap="coolwarm", s=4)
     axes[0, 1].set_title(f"transduction (acc {np.mean(f.transduction_ == y):.2f})", fontsize=9)
-    show_posterior(axes[0, 2], f, X, f.transduction_, "induction p(c|v) vs supervised on 4 labels "
-                   f"({sup.score(X, y):.2f})", lim=1.5)
+    show_posterior(axes[0, 2], f, X, y, f"induction p(c|v), acc {f.score(X, y):.2f} "
+                   f"(supervised on 4 labels: {sup.score(X, y):.2f})", lim=1.5)
     axes[0, 2].title.set_fontsize(8)
     save(fig, out / "ch7_semi_supervised.png")
 
