@@ -291,3 +291,21 @@ def family_from_spec(spec: dict, arrays: dict[str, np.ndarray]) -> FeatureFamily
         if name == family.name:
             return family.from_spec(spec, arrays)
     raise ModelFormatError(f"unknown feature family {name!r}")
+
+
+class UnsupervisedForestBase(BaseForest):
+    """Shared by the density, manifold and semi-supervised forests: trees grown with the Gaussian gain over the
+    inputs, one-sided tests (their cells must be boxes or half-spaces), and the leaves' input Gaussians."""
+
+    structure = "tree"
+    two_sided = False
+
+    def _input_gaussians(self, grown: GrownForest, X64: np.ndarray, objective: Objective
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean (n_leaves, d) and covariance (n_leaves, d, d) of the inputs in every leaf, with the gain's
+        variance floor on the diagonal so that every leaf Gaussian is proper."""
+        from imageforest.forest.leaf_models import gaussian_leaves
+
+        with numba_threads(self.n_jobs):
+            return gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
+                                   np.full(X64.shape[1], objective.reg[0]))

@@ -19,9 +19,8 @@ import numpy as np
 from numba import njit, prange
 from scipy import stats
 
-from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.leaf_models import gaussian_leaves
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
 
@@ -88,7 +87,7 @@ def box_probability(mean: np.ndarray, cov: np.ndarray, lo: np.ndarray, hi: np.nd
     return float(max(p, 0.0))
 
 
-class DensityForest(BaseForest):
+class DensityForest(UnsupervisedForestBase):
     """A density forest (seeds/000 ch. 5): unsupervised Gaussian gain, piece-wise Gaussian leaves, sampling.
 
     Parameters
@@ -117,9 +116,6 @@ class DensityForest(BaseForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    # Settings shared with the supervised forests that a density forest does not expose.
-    structure = "tree"
-    two_sided = False
 
     def fit(self, X, y=None, sample_weight=None) -> DensityForest:
         """Grow the forest on unlabelled X (n_samples, n_features); `y` is ignored."""
@@ -127,10 +123,7 @@ class DensityForest(BaseForest):
         X64 = X.astype(np.float64)
         objective = Objective.regression(X64, "gaussian")
         grown = self._grow(X, objective, sw)
-        floor = objective.reg  # the gain's variance floor keeps every leaf Gaussian proper
-        with numba_threads(self.n_jobs):
-            mean, cov = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
-                                        np.full(X.shape[1], floor[0]))
+        mean, cov = self._input_gaussians(grown, X64, objective)
         f = self.forest_
         csum = np.concatenate([[0.0], np.cumsum(grown.wts)])
         leaf_w = csum[grown.leaf_end] - csum[grown.leaf_start]

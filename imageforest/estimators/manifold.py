@@ -16,9 +16,8 @@ import scipy.sparse as sp
 from numba import njit, prange
 from scipy.sparse.linalg import eigsh
 
-from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.leaf_models import gaussian_leaves
 from imageforest.forest.objectives import Objective
 
 AFFINITIES = ("binary", "gaussian", "mahalanobis")
@@ -94,7 +93,7 @@ def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, 
     return out
 
 
-class ManifoldForest(BaseForest):
+class ManifoldForest(UnsupervisedForestBase):
     """A manifold forest (seeds/000 ch. 6): a scikit-learn-style transformer.
 
     Parameters
@@ -141,9 +140,7 @@ class ManifoldForest(BaseForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    structure = "tree"
-    two_sided = False
-    min_gain = 0.0
+    min_gain = 0.0  # not exposed: a split is kept whenever it helps
 
     def fit(self, X, y=None, sample_weight=None) -> ManifoldForest:
         """Grow the forest on X (n_samples, n_features), build W and embed the training points."""
@@ -156,9 +153,7 @@ class ManifoldForest(BaseForest):
         objective = Objective.regression(X64, "gaussian")
         grown = self._grow(X, objective, sw)
         model = AFFINITIES.index(self.affinity)
-        with numba_threads(self.n_jobs):
-            _, cov = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
-                                     np.full(X.shape[1], objective.reg[0]))
+        _, cov = self._input_gaussians(grown, X64, objective)
         prec = np.linalg.inv(cov) if model == MAHALANOBIS else np.zeros((1, 1, 1))
         self._membership = (grown.order.astype(np.int32), grown.leaf_start, grown.leaf_end)
         self._X = X64

@@ -19,9 +19,9 @@ import scipy.sparse as sp
 from numba import njit, prange
 from scipy.sparse.csgraph import dijkstra
 
-from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.leaf_models import gaussian_leaves, tree_average
+from imageforest.forest.leaf_models import tree_average
 from imageforest.forest.objectives import Objective
 
 
@@ -53,7 +53,7 @@ def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):  # prag
     return rows, cols, dist
 
 
-class SemiSupervisedForest(BaseForest):
+class SemiSupervisedForest(UnsupervisedForestBase):
     """A semi-supervised forest (seeds/000 ch. 7).
 
     Parameters
@@ -93,9 +93,7 @@ class SemiSupervisedForest(BaseForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    structure = "tree"
-    two_sided = False
-    min_gain = 0.0
+    min_gain = 0.0  # not exposed: a split is kept whenever it helps
 
     def fit(self, X, y, sample_weight=None) -> SemiSupervisedForest:
         """Grow on all of X (n_samples, n_features); y (n_samples,) holds class labels, -1 for unlabelled."""
@@ -116,9 +114,7 @@ class SemiSupervisedForest(BaseForest):
         X64 = X.astype(np.float64)
         objective = Objective.semi_supervised(labels, classes.size, X64, float(self.alpha))
         grown = self._grow(X, objective, sw)
-        with numba_threads(self.n_jobs):
-            means, covs = gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
-                                          np.full(X.shape[1], objective.reg[0]))
+        means, covs = self._input_gaussians(grown, X64, objective)
         self.classes_ = classes
         leaf_ids = self._apply_checked(X)
         leaf_label = self._transduce_leaves(means, np.linalg.inv(covs), leaf_ids, labels)
