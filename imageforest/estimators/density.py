@@ -201,18 +201,14 @@ class DensityForest(UnsupervisedForestBase):
         f = self.forest_
         weight = self.leaf_share_ * self.leaf_mass_ / self.partition_[f.leaf_tree]
         trees = rng.integers(0, f.n_trees, n_samples)
-        order = np.argsort(f.leaf_tree, kind="stable")
-        starts = np.searchsorted(f.leaf_tree[order], np.arange(f.n_trees))
-        cum = np.zeros(f.n_leaves)
-        for t in range(f.n_trees):  # cumulative leaf weights within each tree (once per call)
-            sl = order[starts[t]:(starts[t + 1] if t + 1 < f.n_trees else f.n_leaves)]
-            cum[sl] = np.cumsum(weight[sl]) / max(weight[sl].sum(), 1e-300)
-        leaves = np.empty(n_samples, dtype=np.int64)
-        u = rng.random(n_samples)
-        for t in np.unique(trees):
-            sl = order[starts[t]:(starts[t + 1] if t + 1 < f.n_trees else f.n_leaves)]
-            pick = trees == t
-            leaves[pick] = sl[np.minimum(np.searchsorted(cum[sl], u[pick], side="right"), sl.size - 1)]
+        # Leaves are numbered tree by tree, so "tree index + cumulative weight within the tree" rises monotonically
+        # over all leaves, and one search places every draw in its tree's leaf.
+        tree_total = np.bincount(f.leaf_tree, weights=weight, minlength=f.n_trees)
+        within = np.cumsum(weight) - np.repeat(np.cumsum(tree_total) - tree_total, np.bincount(f.leaf_tree,
+                                                                                            minlength=f.n_trees))
+        key = f.leaf_tree + within / np.maximum(tree_total[f.leaf_tree], 1e-300)
+        leaves = np.searchsorted(key, trees + rng.random(n_samples), side="right")
+        leaves = np.minimum(leaves, np.searchsorted(f.leaf_tree, trees, side="right") - 1)
         return self._draw_in_cells(leaves, rng)
 
     def _draw_in_cells(self, leaves: np.ndarray, rng: np.random.Generator) -> np.ndarray:
