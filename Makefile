@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench lint gallery clean
+.PHONY: install test demo bench bench-imaging bench-unsupervised lint gallery clean
 
 install: $(STAMP)
 
@@ -27,8 +27,15 @@ gallery: install
 bench: install
 	$(BIN)/python benchmarks/engine_vs_sklearn.py
 
+bench-imaging: install
+	$(BIN)/python benchmarks/imaging.py
+
+# Long: Isomap and SpectralEmbedding at n = 20,000 take minutes each.
+bench-unsupervised: install
+	$(BIN)/python benchmarks/unsupervised_vs_sklearn.py
+
 lint: install
 	$(BIN)/python -m ruff check .
 
 clean:
-	rm -rf $(VENV) demo_out gallery .pytest_cache
+	rm -rf $(VENV) demo_out gallery depth_parts_out .pytest_cache
