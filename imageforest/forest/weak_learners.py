@@ -144,10 +144,6 @@ class VectorFeatures(FeatureFamily):
         """A family standardised on the training inputs X (n, d)."""
         return cls(kind, X.shape[1], X.mean(axis=0, dtype=np.float64), X.std(axis=0, dtype=np.float64))
 
-    def max_candidates(self) -> int | None:
-        """Upper bound of distinct candidates (axis learners have one per feature), or None."""
-        return self.n_features if self.code == AXIS else None
-
     def sample(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
         d = self.n_features
         out = np.zeros((n_sets, n_candidates, self.param_width))
