@@ -45,6 +45,9 @@ class Objective:
     n_classes, n_blocks, q : int
     reg : (n_blocks,) float64
         Variance floor added to each block's covariance diagonal before log det (Gaussian).
+    lifted : (n, n_stats) float64 or None
+        Each point's own statistics row, precomputed when the rows are wide (many blocks): the split search then
+        adds rows instead of rebuilding outer products per point and candidate.
     """
 
     criterion: int
@@ -54,6 +57,7 @@ class Objective:
     n_blocks: int = 0
     q: int = 0
     reg: np.ndarray = None  # type: ignore[assignment]
+    lifted: np.ndarray | None = None
 
     @property
     def n_stats(self) -> int:
@@ -78,11 +82,12 @@ class Objective:
 
     @classmethod
     def regression(cls, targets: np.ndarray, criterion: str = "gaussian", block_size: int | None = None,
-                   relative_floor: float = 1e-3) -> Objective:
+                   relative_floor: float = 1e-3, variance_floor: float | None = None) -> Objective:
         """Regression statistics over `targets` (n, d), optionally in blocks of `block_size` dimensions.
 
-        The Gaussian variance floor is `relative_floor` times the block's mean per-dimension variance: it keeps
-        log det finite for tiny sets without favouring isolating single points.
+        The Gaussian variance floor is `relative_floor` times the block's mean per-dimension variance, or
+        `variance_floor` (target units squared) when given: it keeps log det finite for tiny or degenerate sets
+        (e.g. box walls whose differences are fixed within a scan) without favouring isolating them.
         """
         targets = np.ascontiguousarray(targets, dtype=np.float64)
         d = targets.shape[1]
@@ -93,9 +98,28 @@ class Objective:
             block = targets[:, b * q:(b + 1) * q]
             block = block[~np.isnan(block[:, 0])]
             var = float(np.mean(np.var(block, axis=0))) if block.shape[0] > 1 else 1.0
-            reg[b] = relative_floor * (var if var > 0 else 1.0)
-        return cls(CRITERIA[criterion], np.zeros(0, dtype=np.int32), targets, n_classes=0,
-                   n_blocks=n_blocks, q=q, reg=reg)
+            reg[b] = relative_floor * (var if var > 0 else 1.0) if variance_floor is None else variance_floor
+        out = cls(CRITERIA[criterion], np.zeros(0, dtype=np.int32), targets, n_classes=0,
+                  n_blocks=n_blocks, q=q, reg=reg)
+        if n_blocks > 1 and criterion == "gaussian":
+            out.lifted = lift_rows(targets, n_blocks, q)
+        return out
+
+
+def lift_rows(targets: np.ndarray, n_blocks: int, q: int) -> np.ndarray:
+    """Every point's Gaussian statistics row [1, y, y y^T] per block (zeros for a NaN block), (n, n_stats)."""
+    n = targets.shape[0]
+    stride = 1 + q + q * q
+    rows = np.zeros((n, n_blocks * stride))
+    for b in range(n_blocks):
+        y = targets[:, b * q:(b + 1) * q]
+        has = ~np.isnan(y[:, 0])
+        yz = np.where(has[:, None], y, 0.0)
+        base = b * stride
+        rows[:, base] = has
+        rows[:, base + 1:base + 1 + q] = yz
+        rows[:, base + 1 + q:base + stride] = (yz[:, :, None] * yz[:, None, :]).reshape(n, q * q)
+    return rows
 
 
 @njit(cache=True, inline="always")
@@ -134,7 +158,10 @@ def _half_logdet_cov(row, base, q, reg, work):  # pragma: no cover - numba
             mc = row[base + 1 + c] / w
             work[a, c] = row[base + 1 + q + a * q + c] / w - ma * mc
         work[a, a] += reg
+    # det = product of the squared pivots; one log at the end (rescaled if the product leaves a safe range)
+    # rather than q logs: this runs for every candidate split of every block.
     half_logdet = 0.0
+    prod = 1.0
     for j in range(q):
         s = work[j, j]
         for k in range(j):
@@ -143,13 +170,16 @@ def _half_logdet_cov(row, base, q, reg, work):  # pragma: no cover - numba
             s = reg
         d = math.sqrt(s)
         work[j, j] = d
-        half_logdet += math.log(d)
+        prod *= s
+        if prod > 1e150 or prod < 1e-150:
+            half_logdet += 0.5 * math.log(prod)
+            prod = 1.0
         for i in range(j + 1, q):
             t = work[i, j]
             for k in range(j):
                 t -= work[i, k] * work[j, k]
             work[i, j] = t / d
-    return half_logdet
+    return half_logdet + 0.5 * math.log(prod)
 
 
 @njit(cache=True, inline="always")

@@ -155,6 +155,66 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
     return out
 
 
+@njit(cache=True, parallel=True)
+def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, configs, criterion, lifted, n_blocks,
+                      q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
+    """`binned_gain_table` for wide statistics rows (`Objective.lifted`), node-major.
+
+    A row of hundreds of statistics (one Gaussian block per organ) costs more to fetch than to add, so each
+    point's row is read once and added into the bins of all rho candidates, instead of once per candidate.
+    Same arguments and result as `binned_gain_table` (with `lifted` in place of the targets).
+    """
+    n_nodes, rho, k = thresholds.shape
+    n_cfg = configs.shape[0]
+    out = np.full((n_nodes, rho, n_cfg), -np.inf)
+    n_work = min(n_nodes, N_WORK_BLOCKS)
+    for blk in prange(n_work):
+        cum = np.empty((rho, k + 2, n_stats))
+        ccount = np.empty((rho, k + 2), dtype=np.int64)
+        work = np.empty((max(q, 1), max(q, 1)))
+        left = np.empty(n_stats)
+        right = np.empty(n_stats)
+        for s in range(blk, n_nodes, n_work):
+            cum[:] = 0.0
+            ccount[:] = 0
+            w_node = 0.0
+            thr = thresholds[s]
+            for m in range(seg_start[s], seg_end[s]):
+                w = wts[m]
+                i = samples[m]
+                w_node += w
+                for c in range(rho):
+                    v = resp[c, m]
+                    b = 0
+                    for j in range(k):
+                        b += thr[c, j] < v
+                    ccount[c, b + 1] += 1
+                    for j in range(n_stats):
+                        cum[c, b + 1, j] += w * lifted[i, j]
+            if w_node <= 0.0:
+                continue
+            for c in range(rho):
+                for b in range(1, k + 2):
+                    ccount[c, b] += ccount[c, b - 1]
+                    for j in range(n_stats):
+                        cum[c, b, j] += cum[c, b - 1, j]
+                n_total = ccount[c, k + 1]
+                parent = weighted_impurity(cum[c, k + 1], criterion, n_blocks, q, reg, work, 1.0)
+                for g in range(n_cfg):
+                    i0 = configs[g, 0]
+                    j0 = configs[g, 1]
+                    n_left = ccount[c, j0] - ccount[c, i0]
+                    if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+                        continue
+                    for t in range(n_stats):
+                        left[t] = cum[c, j0, t] - cum[c, i0, t]
+                        right[t] = cum[c, k + 1, t] - left[t]
+                    child = weighted_impurity(left, criterion, n_blocks, q, reg, work, 1.0)
+                    child += weighted_impurity(right, criterion, n_blocks, q, reg, work, 1.0)
+                    out[s, c, g] = (parent - child) / w_node
+    return out
+
+
 @njit(cache=True)
 def _best_sorted_split(resp_c, a, n, samples, wts, criterion, labels, targets, n_blocks, q, reg, min_samples_leaf,
                        vals, total, left, right, work):  # pragma: no cover - numba

@@ -26,6 +26,7 @@ from imageforest.forest.objectives import GINI, Objective
 from imageforest.forest.split_search import (
     binned_gain_table,
     exhaustive_best,
+    lifted_gain_table,
     partition_configs,
     partition_segments,
     segment_min_max,
@@ -177,6 +178,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     configs = partition_configs(K, settings.two_sided) if K is not None else None
     crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
     labels, targets, reg = objective.labels, objective.targets, objective.reg
+    lifted = objective.lifted
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
     data = family.training_data(data)
@@ -253,8 +255,12 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                         lo, hi = _per_set_range(lo, hi, sets)
                     thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
                     thr.sort(axis=2)
-                    table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
-                                              lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
+                    if lifted is not None:  # whole statistics rows per point, read in place
+                        table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
+                                                  lifted, n_blocks, q, n_stats, reg, msl)
+                    else:
+                        table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
+                                                  lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
                     flat = table.reshape(b - a, -1)
                     if fern:
                         choice = _fern_choice(flat, node_w[nodes], sets)

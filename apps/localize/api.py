@@ -1,0 +1,58 @@
+"""The localizer's entry points shared by the CLI, the demo and the benchmarks.
+
+    from apps.localize.api import load_localizer, localize_file
+    model = load_localizer()                     # the default head-and-neck model shipped in the package
+    document, result, scan = localize_file("scan.nii.gz", model)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from apps.localize.model import Localization, OrganLocalizer
+from apps.localize.report import localization_json
+from apps.localize.scans import read_scan
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.io import Image
+
+DEFAULT_MODEL = Path(__file__).parent / "models" / "hn_organs.npz"
+
+
+def load_localizer(path: str | Path | None = None) -> OrganLocalizer:
+    """Load a localizer model file (default: the shipped head-and-neck model)."""
+    path = Path(path) if path is not None else DEFAULT_MODEL
+    if not path.is_file():
+        raise ModelFormatError(f"{path}: no such model file" + (" (the default model is missing from this "
+                                                                 "installation)" if path == DEFAULT_MODEL else ""))
+    return OrganLocalizer.load(path)
+
+
+def model_identity(model: OrganLocalizer) -> dict:
+    """{"name", "version"} of a model from its model card."""
+    card = getattr(model, "model_card_", {}) or {}
+    return {"name": str(card.get("name", "custom")), "version": str(card.get("version", "unversioned"))}
+
+
+def check_organs(model: OrganLocalizer, organs: list[str] | None) -> list[str] | None:
+    """Validate a user's organ selection against the model's organs."""
+    if not organs:
+        return None
+    unknown = [o for o in organs if o not in model.organs]
+    if unknown:
+        raise InvalidInputError(f"unknown organ(s) {', '.join(unknown)}; this model knows "
+                                f"{', '.join(model.organs)}")
+    return organs
+
+
+def localize_file(path: str | Path, model: OrganLocalizer, organs: list[str] | None = None
+                  ) -> tuple[dict, Localization, Image]:
+    """Read a scan, localize its organs, and build the JSON document (see `apps.localize.report`)."""
+    t0 = time.perf_counter()
+    scan = read_scan(path)
+    t1 = time.perf_counter()
+    result = model.localize(scan)
+    t2 = time.perf_counter()
+    timing = {"read": t1 - t0, "localize": t2 - t1, "total": t2 - t0}
+    document = localization_json(result, scan, str(path), model_identity(model), timing, organs)
+    return document, result, scan

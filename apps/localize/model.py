@@ -1,0 +1,394 @@
+"""OrganLocalizer: organ bounding boxes in CT by regression voting (seeds/000 sec. 4.5; Criminisi et al. 2013).
+
+Every sampled voxel p of the scan (on an isotropic working grid) predicts, for every organ c, the displacements
+d_c(p) = b_c - p from p to the organ's six walls b_c = (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi). The forest is the
+engine's: displaced-box features in mm on the scan's integral image (eq. 4.5), the Gaussian information gain of
+eq. 4.6 summed over organs (one 6-D block per organ, blocks of scans without the organ left out). Leaves hold, per
+organ, a 6-D Gaussian of the displacements and the share of their training voxels whose scan showed the organ.
+
+At test time each organ's walls come from its most confident votes (leaves with the smallest log det of the
+covariance), aggregated by weighted medians in physical space with a robust per-wall spread; the organ's presence
+probability is the vote-weighted leaf share, and a box whose centre falls outside the scan is reported absent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apps.localize.scans import (
+    AIR_HU,
+    OrganSlices,
+    body_mask,
+    crop_z,
+    voxel_positions,
+    working_image,
+)
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.objectives import Objective
+from imageforest.imaging.features import BoxFeatures, ImageStack
+from imageforest.imaging.io import Image
+
+WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
+TRIU = np.triu_indices(6)
+
+
+@dataclass
+class OrganEstimate:
+    """One organ in one scan: presence probability, box and per-wall spread (mm, LPS)."""
+
+    name: str
+    present: bool
+    probability: float
+    box_mm: np.ndarray  # (6,) x_lo, x_hi, y_lo, y_hi, z_lo, z_hi; NaN when no confident vote exists
+    box_std_mm: np.ndarray  # (6,)
+    n_votes: int
+
+
+@dataclass
+class Localization:
+    """The localizer's answer for one scan."""
+
+    organs: list[OrganEstimate]
+    work: Image  # the working-grid scan the votes came from
+    timing_s: dict[str, float] = field(default_factory=dict)
+
+    def boxes(self) -> np.ndarray:
+        """(n_organs, 6) boxes in mm, NaN rows for organs judged absent."""
+        return np.array([o.box_mm if o.present else np.full(6, np.nan) for o in self.organs])
+
+
+class OrganLocalizer(BaseForest):
+    """A regression forest that votes for organ bounding boxes in CT scans.
+
+    Parameters
+    ----------
+    organs : list of str
+        Organ names, in the order of the truth boxes / label values given to `fit`.
+    spacing_mm : float
+        Isotropic working spacing scans are resampled to (features and votes live on this grid).
+    n_trees, max_depth, n_candidates, n_thresholds, min_samples_leaf, random_state, n_jobs
+        Forest hyper-parameters (T, D, rho, K, ...), as for `RegressionForest`.
+    max_offset_mm : float
+        Box features look up to this far from the voxel along each axis.
+    box_size_mm : (min, max)
+        Edge lengths of the feature boxes.
+    points_per_scan : int
+        Body voxels sampled from each training scan (and from each crop).
+    crops_per_scan : int
+        Extra training copies of each scan cut to a random slab of slices, so that the forest sees organs leave
+        the field of view (and learns to call them absent).
+    vote_points : int
+        Body voxels that vote at test time (a regular sub-grid of the working grid).
+    vote_fraction : float
+        Share of each organ's votes kept, the most confident first (smallest leaf covariance).
+    """
+
+    _task = "organ-localization"
+
+    def __init__(self, organs: list[str] | tuple[str, ...] = (), spacing_mm: float = 4.0, n_trees: int = 12,
+                 max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
+                 min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
+                 points_per_scan: int = 800, crops_per_scan: int = 1, vote_points: int = 20_000,
+                 vote_fraction: float = 0.1, random_state=None, n_jobs: int | None = None) -> None:
+        self.organs = organs
+        self.spacing_mm = spacing_mm
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.min_samples_leaf = min_samples_leaf
+        self.max_offset_mm = max_offset_mm
+        self.box_size_mm = box_size_mm
+        self.points_per_scan = points_per_scan
+        self.crops_per_scan = crops_per_scan
+        self.vote_points = vote_points
+        self.vote_fraction = vote_fraction
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    # settings the engine reads that this estimator fixes
+    min_samples_split = 2
+    min_gain = 0.0
+    bootstrap = False
+    max_samples = None
+    structure = "tree"
+    two_sided = False
+
+    # -- training -----------------------------------------------------------------------------------------
+    def _features(self) -> BoxFeatures:
+        return BoxFeatures(max_offset_mm=float(self.max_offset_mm), box_size_mm=tuple(self.box_size_mm),
+                           difference=False, fill=AIR_HU)
+
+    def _check_settings(self) -> None:
+        if not self.organs or len(set(self.organs)) != len(self.organs):
+            raise InvalidInputError("organs must be a non-empty list of distinct names")
+        if not (isinstance(self.spacing_mm, (int, float)) and 0.5 <= self.spacing_mm <= 20):
+            raise InvalidInputError(f"spacing_mm must lie in [0.5, 20] mm, got {self.spacing_mm!r}")
+        if not 0 < self.vote_fraction <= 1:
+            raise InvalidInputError(f"vote_fraction must lie in (0, 1], got {self.vote_fraction!r}")
+        for name in ("points_per_scan", "vote_points"):
+            if int(getattr(self, name)) < 1:
+                raise InvalidInputError(f"{name} must be >= 1")
+        if int(self.crops_per_scan) < 0:
+            raise InvalidInputError("crops_per_scan must be >= 0")
+
+    def fit(self, scans: list[Image], truths: list, progress=None) -> OrganLocalizer:
+        """Grow the forest on CT scans and their organ truth.
+
+        Parameters
+        ----------
+        scans : list of Image
+            CT volumes in HU (LPS, as `read_scan` returns them).
+        truths : list of OrganSlices or (n_organs, 6) arrays
+            Per scan, the organs' label map summary (`OrganSlices`, needed for exact boxes of crops) or boxes
+            in mm with NaN rows for absent organs.
+        progress : callable(str), optional
+            Receives one line per stage.
+        """
+        self._check_settings()
+        if len(scans) != len(truths) or not scans:
+            raise InvalidInputError(f"give one truth per scan ({len(scans)} scans, {len(truths)} truths)")
+        say = progress or (lambda _msg: None)
+        rng = np.random.default_rng(self.random_state)
+        works, targets, points, known = [], [], [], []
+        n_org = len(self.organs)
+        t0 = time.perf_counter()
+        for k, (scan, truth) in enumerate(zip(scans, truths, strict=True)):
+            work = working_image(scan, float(self.spacing_mm))
+            nz = work.array.shape[0]
+            slabs = [(0, nz)]
+            for _ in range(int(self.crops_per_scan)):
+                length = int(rng.integers(max(4, nz // 4), max(5, nz * 3 // 4)))
+                start = int(rng.integers(0, nz - length + 1))
+                slabs.append((start, start + length))
+            full = _truth_boxes(truth, work, n_org)
+            for z0, z1 in slabs:
+                piece = work if (z0, z1) == (0, nz) else crop_z(work, z0, z1)
+                boxes = _truth_boxes(truth, piece, n_org)
+                # An organ the full scan shows but the slab does not is known to be absent; one the scan's
+                # truth lacks altogether may simply not have been contoured, so its presence stays unknown.
+                scan_known = ~np.isnan(full[:, 0])
+                pts = _sample_body(piece, int(self.points_per_scan), rng)
+                if pts.shape[0] == 0:
+                    continue
+                pos = voxel_positions(piece, pts)
+                targets.append((boxes[None, :, :] - pos[:, WALL_AXIS][:, None, :]).reshape(len(pts), 6 * n_org))
+                points.append(np.c_[np.full(len(pts), len(works)), pts])
+                known.append(np.broadcast_to(scan_known, (len(pts), n_org)))
+                works.append(piece)
+            if (k + 1) % 20 == 0 or k + 1 == len(scans):
+                say(f"prepared {k + 1}/{len(scans)} scans ({len(works)} volumes with crops, "
+                    f"{time.perf_counter() - t0:.0f} s)")
+        if not works:
+            raise InvalidInputError("no scan has any body voxel (HU > -500)")
+        Y = np.concatenate(targets)
+        if np.all(np.isnan(Y)):
+            raise InvalidInputError("no organ is present in any training scan")
+        family = self._features()
+        stack = family.prepare(works)
+        pts = np.ascontiguousarray(np.concatenate(points), dtype=np.int32)
+        say(f"growing {self.n_trees} trees on {len(pts)} voxels of {len(works)} volumes")
+        # Within one scan the two walls of an axis move together (their difference is the organ's size), so a
+        # leaf of one scan's voxels has a nearly singular covariance; a floor of one working voxel squared per
+        # wall keeps such leaves from looking infinitely certain, in the gain and in the vote ranking.
+        objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=self._floor())
+        grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+        say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
+        self.leaf_share_, self.leaf_count_, self.leaf_mean_, self.leaf_cov_ = _organ_leaves(
+            grown, Y, np.concatenate(known), n_org)
+        self._derive()
+        self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
+        return self
+
+    def _floor(self) -> float:
+        return float(self.spacing_mm) ** 2
+
+    def _derive(self) -> None:
+        """Per-leaf quantities voting reads: log det of each organ's covariance and per-wall variances."""
+        cov = np.zeros((*self.leaf_cov_.shape[:2], 6, 6))
+        cov[..., TRIU[0], TRIU[1]] = self.leaf_cov_
+        cov[..., TRIU[1], TRIU[0]] = self.leaf_cov_
+        var = np.diagonal(cov, axis1=-2, axis2=-1)
+        sign, logdet = np.linalg.slogdet(cov + self._floor() * np.eye(6))
+        ok = (self.leaf_count_ >= 3) & (sign > 0)
+        self._logdet = np.where(ok, logdet, np.inf)
+        self._wall_var = var + self._floor()
+
+    # -- voting -------------------------------------------------------------------------------------------
+    def localize(self, scan: Image) -> Localization:
+        """Presence and box of every organ in `scan` (an Image in HU, LPS)."""
+        self._check_fitted()
+        t0 = time.perf_counter()
+        work = working_image(scan, float(self.spacing_mm))
+        mask = body_mask(work)
+        pts = _grid_points(mask, int(self.vote_points))
+        t1 = time.perf_counter()
+        if pts.shape[0] == 0:
+            organs = [OrganEstimate(name, False, 0.0, np.full(6, np.nan), np.full(6, np.nan), 0)
+                      for name in self.organs]
+            return Localization(organs, work, {"prepare": t1 - t0, "vote": 0.0})
+        stack = ImageStack.from_images([work], integral=True)
+        with numba_threads(self.n_jobs):
+            leaves = self.family_.apply((stack, np.c_[np.zeros(len(pts)), pts].astype(np.int32)), self.forest_)
+        t2 = time.perf_counter()
+        pos = voxel_positions(work, pts)
+        extent = _extent(work)
+        organs = [self._vote(o, leaves, pos, extent) for o in range(len(self.organs))]
+        t3 = time.perf_counter()
+        return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2})
+
+    def _vote(self, o: int, leaves: np.ndarray, pos: np.ndarray, extent: np.ndarray) -> OrganEstimate:
+        name = self.organs[o]
+        share = self.leaf_share_[leaves, o]
+        probability = float(share.mean())
+        logdet = self._logdet[leaves, o].ravel()
+        valid = np.flatnonzero(np.isfinite(logdet))
+        nan6 = np.full(6, np.nan)
+        if valid.size == 0:
+            return OrganEstimate(name, False, probability, nan6, nan6, 0)
+        keep = max(1, round(self.vote_fraction * valid.size))
+        chosen = valid[np.argpartition(logdet[valid], keep - 1)[:keep]] if keep < valid.size else valid
+        point = chosen // leaves.shape[1]
+        leaf = leaves.ravel()[chosen]
+        votes = pos[point][:, WALL_AXIS] + self.leaf_mean_[leaf, o]
+        weights = 1.0 / self._wall_var[leaf, o]
+        box = np.array([_weighted_median(votes[:, k], weights[:, k]) for k in range(6)])
+        spread = np.array([1.4826 * _weighted_median(np.abs(votes[:, k] - box[k]), weights[:, k])
+                           for k in range(6)])
+        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
+        box = np.ravel(np.c_[lo, hi])
+        centre = 0.5 * (lo + hi)
+        inside = bool(np.all((centre >= extent[0]) & (centre <= extent[1])))
+        present = probability >= 0.5 and inside
+        return OrganEstimate(name, present, probability if inside else min(probability, 0.0), box, spread,
+                             int(chosen.size))
+
+    # -- model files --------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        return {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
+                "leaf.cov": self.leaf_cov_}
+
+    def _extra_metadata(self) -> dict:
+        return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
+                "training_summary": getattr(self, "training_summary_", {})}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        n_leaves = self.forest_.n_leaves
+        n_org = len(meta["organs"])
+        shapes = {"leaf.share": (n_leaves, n_org), "leaf.count": (n_leaves, n_org),
+                  "leaf.mean": (n_leaves, n_org, 6), "leaf.cov": (n_leaves, n_org, 21)}
+        for key, shape in shapes.items():
+            if key not in arrays or arrays[key].shape != shape:
+                raise ModelFormatError(f"leaf array {key} is missing or has the wrong shape")
+            if not np.all(np.isfinite(arrays[key])):
+                raise ModelFormatError(f"leaf array {key} holds NaN or infinite values")
+        self.organs = list(meta["organs"])
+        self.leaf_share_ = arrays["leaf.share"]
+        self.leaf_count_ = arrays["leaf.count"]
+        self.leaf_mean_ = arrays["leaf.mean"]
+        self.leaf_cov_ = arrays["leaf.cov"]
+        self.model_card_ = meta.get("model_card", {})
+        self.training_summary_ = meta.get("training_summary", {})
+        self._derive()
+
+    @classmethod
+    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> OrganLocalizer:
+        hyper = dict(hyper)
+        hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (4.0, 40.0)))
+        return cls(**hyper)
+
+
+def _truth_boxes(truth, piece: Image, n_org: int) -> np.ndarray:
+    """Boxes (n_org, 6) of the organs inside `piece` (a scan or a slab of it)."""
+    if isinstance(truth, OrganSlices):
+        src = truth.image
+        # Slices of the label map whose centres lie inside the piece's z extent.
+        zc = src.index_to_physical(np.c_[np.zeros(src_nz := truth.bounds.shape[1]), np.zeros(src_nz),
+                                         np.arange(src_nz)])[:, 2]
+        lo, hi = _extent(piece)[:, 2]
+        inside = np.flatnonzero((zc >= lo) & (zc <= hi))
+        if inside.size == 0:
+            return np.full((n_org, 6), np.nan)
+        return truth.boxes((int(inside.min()), int(inside.max()) + 1))
+    boxes = np.array(truth, dtype=np.float64).reshape(n_org, 6)
+    lo, hi = _extent(piece)[:, 2]
+    out = boxes.copy()
+    out[:, 4] = np.maximum(boxes[:, 4], lo)
+    out[:, 5] = np.minimum(boxes[:, 5], hi)
+    out[~(out[:, 5] > out[:, 4])] = np.nan
+    return out
+
+
+def _extent(image: Image) -> np.ndarray:
+    """(2, 3) lower and upper outer faces of the volume in mm, (x, y, z)."""
+    size = np.array(image.size, dtype=np.float64)
+    corners = np.array([[a, b, c] for a in (-0.5, size[0] - 0.5) for b in (-0.5, size[1] - 0.5)
+                        for c in (-0.5, size[2] - 0.5)])
+    phys = image.index_to_physical(corners)
+    return np.stack([phys.min(axis=0), phys.max(axis=0)])
+
+
+def _sample_body(work: Image, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to n random body voxels (z, y, x) of a working-grid volume, int64."""
+    zz, yy, xx = np.nonzero(body_mask(work))
+    if zz.size == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    pick = rng.choice(zz.size, size=min(n, zz.size), replace=False)
+    pick.sort()
+    return np.c_[zz[pick], yy[pick], xx[pick]]
+
+
+def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
+    """Body voxels on a regular sub-grid (same stride on every axis) of about `target` points, (n, 3) z, y, x."""
+    n_body = int(mask.sum())
+    if n_body == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    stride = max(1, int(np.ceil((n_body / target) ** (1 / 3))))
+    sub = mask[::stride, ::stride, ::stride]
+    zz, yy, xx = np.nonzero(sub)
+    return np.c_[zz, yy, xx] * stride
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    order = np.argsort(values, kind="stable")
+    cw = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cw, 0.5 * cw[-1])])
+
+
+def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
+    """Per leaf and organ: the share of voxels whose scan showed the organ among those whose scan's status is
+    known (`known`: the organ is contoured in the full scan), the count of voxels with the organ, and the mean (6)
+    and covariance (21, packed upper triangle) of their wall displacements. Leaves without any known voxel get
+    the organ's overall share."""
+    n_leaves = grown.leaf_start.size
+    lengths = grown.leaf_end - grown.leaf_start
+    seg = np.repeat(np.arange(n_leaves), lengths)
+    # positions of every leaf's points, leaf after leaf
+    positions = np.arange(lengths.sum()) + np.repeat(grown.leaf_start - (np.cumsum(lengths) - lengths), lengths)
+    pts = grown.order[positions]
+    w = grown.wts[positions]
+    share = np.zeros((n_leaves, n_org), dtype=np.float32)
+    count = np.zeros((n_leaves, n_org), dtype=np.float32)
+    mean = np.zeros((n_leaves, n_org, 6), dtype=np.float32)
+    cov = np.zeros((n_leaves, n_org, 21), dtype=np.float32)
+    for o in range(n_org):
+        y = Y[pts, 6 * o:6 * o + 6]
+        has = ~np.isnan(y[:, 0])
+        wo = np.where(has, w, 0.0)
+        yz = np.where(has[:, None], y, 0.0)
+        c = np.bincount(seg, weights=wo, minlength=n_leaves)
+        k = np.bincount(seg, weights=np.where(known[pts, o], w, 0.0), minlength=n_leaves)
+        prior = c.sum() / max(k.sum(), 1e-300)
+        share[:, o] = np.where(k > 0, c / np.maximum(k, 1e-300), prior)
+        count[:, o] = c
+        safe = np.maximum(c, 1e-300)[:, None]
+        m = np.stack([np.bincount(seg, weights=wo * yz[:, a], minlength=n_leaves) for a in range(6)], 1) / safe
+        mean[:, o] = m
+        r = yz - m[seg]
+        cov[:, o] = np.stack([np.bincount(seg, weights=wo * r[:, a] * r[:, b], minlength=n_leaves)
+                              for a, b in zip(*TRIU, strict=True)], 1) / safe
+    return share, count, mean, cov

@@ -1,0 +1,83 @@
+"""Training a localizer from a folder of scans with label maps or boxes (`imageforest train-localizer`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from apps.localize.model import OrganLocalizer
+from apps.localize.scans import Case, OrganSlices, openkbp_cases, read_scan
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.io import read_image
+
+SCAN_PATTERN = re.compile(r"^(?P<case>.+)_ct\.(?P<ext>nii\.gz|nii|nrrd|mha|mhd)$", re.IGNORECASE)
+
+
+def find_cases(data_dir: str | Path, organs: list[str] | None) -> tuple[list[Case], list[str]]:
+    """Cases of `data_dir`: the openkbp-hn layout (boxes.json) or `<case>_ct.<ext>` + `<case>_organs.<ext>`."""
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        raise InvalidInputError(f"{folder}: no such folder")
+    if (folder / "boxes.json").is_file():
+        cases, names = openkbp_cases(folder)
+        if organs and organs != names:
+            raise InvalidInputError(f"{folder}/boxes.json names the organs {', '.join(names)}; --organs differs")
+        return cases, names
+    if not organs:
+        raise InvalidInputError("give the organ names for label values 1, 2, ... (--organs), or a boxes.json")
+    cases = []
+    for path in sorted(folder.iterdir()):
+        m = SCAN_PATTERN.match(path.name)
+        if not m:
+            continue
+        labels = folder / f"{m['case']}_organs.{m['ext']}"
+        if not labels.is_file():
+            raise InvalidInputError(f"{path}: no label map {labels.name} beside it")
+        cases.append(Case(m["case"], path, labels))
+    if not cases:
+        raise InvalidInputError(f"{folder}: no `<case>_ct.nii.gz` scans found")
+    return cases, list(organs)
+
+
+def case_truth(case: Case, n_organs: int) -> OrganSlices | np.ndarray:
+    """The case's truth: per-slice label bounds when a label map exists, else its boxes."""
+    if case.labels is not None:
+        labels = read_image(case.labels)
+        return OrganSlices.from_labels(labels, list(range(1, n_organs + 1)))
+    if case.boxes is None:
+        raise InvalidInputError(f"{case.name}: neither a label map nor boxes")
+    return case.boxes
+
+
+def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[str], None] | None = None,
+                    name: str = "custom", version: str = "1", data_note: str = "", **params) -> OrganLocalizer:
+    """Read `cases`, fit an `OrganLocalizer` with `params`, and record a model card."""
+    say = progress or (lambda _msg: None)
+    scans, truths = [], []
+    for k, case in enumerate(cases):
+        scans.append(read_scan(case.scan))
+        truths.append(case_truth(case, len(organs)))
+        if (k + 1) % 25 == 0 or k + 1 == len(cases):
+            say(f"read {k + 1}/{len(cases)} scans")
+    model = OrganLocalizer(organs=list(organs), **params)
+    model.fit(scans, truths, progress=say)
+    present = np.array([[not np.isnan(b[0]) for b in (t.boxes() if isinstance(t, OrganSlices) else t)]
+                        for t in truths])
+    model.model_card_ = {
+        "name": name, "version": version, "data": data_note or f"{len(cases)} scans",
+        "cases": [c.name for c in cases], "organs": list(organs),
+        "organ_counts": {o: int(n) for o, n in zip(organs, present.sum(axis=0), strict=True)},
+        "working_spacing_mm": float(model.spacing_mm),
+        "parameters": model._saved_hyper_parameters(),
+    }
+    return model
+
+
+def train_from_folder(data_dir: str | Path, organs: list[str] | None = None, progress=None, name: str = "custom",
+                      **params) -> OrganLocalizer:
+    """`imageforest train-localizer`: every case of `data_dir`."""
+    cases, names = find_cases(data_dir, organs)
+    return train_localizer(cases, names, progress=progress, name=name, data_note=str(data_dir), **params)
