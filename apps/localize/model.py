@@ -165,10 +165,10 @@ class OrganLocalizer(BaseForest):
                 length = int(rng.integers(max(4, nz // 4), max(5, nz * 3 // 4)))
                 start = int(rng.integers(0, nz - length + 1))
                 slabs.append((start, start + length))
-            full = _truth_boxes(truth, work, n_org)
+            full = boxes_in_view(truth, work, n_org)
             for z0, z1 in slabs:
                 piece = work if (z0, z1) == (0, nz) else crop_z(work, z0, z1)
-                boxes = _truth_boxes(truth, piece, n_org)
+                boxes = boxes_in_view(truth, piece, n_org)
                 # An organ the full scan shows but the slab does not is known to be absent; one the scan's
                 # truth lacks altogether may simply not have been contoured, so its presence stays unknown.
                 scan_known = ~np.isnan(full[:, 0])
@@ -302,7 +302,7 @@ class OrganLocalizer(BaseForest):
         return cls(**hyper)
 
 
-def _truth_boxes(truth, piece: Image, n_org: int) -> np.ndarray:
+def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
     """Boxes (n_org, 6) of the organs inside `piece` (a scan or a slab of it)."""
     if isinstance(truth, OrganSlices):
         src = truth.image

@@ -1,0 +1,115 @@
+"""CT organ localization (issue 5): phantom, training, voting, model files, presence out of view."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apps.localize.evaluate import OrganScores
+from apps.localize.model import OrganLocalizer, boxes_in_view
+from apps.localize.phantom import ORGANS, head_neck_phantom
+from apps.localize.report import box_label_map, localization_json
+from apps.localize.scans import OrganSlices, crop_z
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+
+SMALL = dict(n_trees=4, max_depth=10, n_candidates=30, min_samples_leaf=10, points_per_scan=600, crops_per_scan=1,
+             random_state=0)
+
+
+@pytest.fixture(scope="module")
+def phantoms():
+    return [head_neck_phantom(seed) for seed in range(7)]
+
+
+@pytest.fixture(scope="module")
+def small_model(phantoms):
+    scans = [ct for ct, _ in phantoms[:6]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:6]]
+    return OrganLocalizer(list(ORGANS), **SMALL).fit(scans, truths)
+
+
+def test_phantom_is_deterministic_and_anatomical():
+    ct1, lab1 = head_neck_phantom(3)
+    ct2, lab2 = head_neck_phantom(3)
+    assert np.array_equal(ct1.array, ct2.array) and np.array_equal(lab1.array, lab2.array)
+    assert ct1.array.dtype == np.int16 and set(np.unique(lab1.array)) == set(range(8))
+    boxes = OrganSlices.from_labels(lab1, list(range(1, 8))).boxes()
+    name = {n: k for k, n in enumerate(ORGANS)}
+    # LPS: the right parotid has the smaller x; the brainstem lies above the larynx; the mandible is anterior.
+    assert boxes[name["RightParotid"], 1] < boxes[name["LeftParotid"], 0]
+    assert boxes[name["Brainstem"], 4] > boxes[name["Larynx"], 5]
+    assert boxes[name["Mandible"], 2] < boxes[name["Brainstem"], 2]
+    assert not np.array_equal(head_neck_phantom(4)[0].array, ct1.array)
+
+
+def test_localizes_unseen_phantom(small_model, phantoms):
+    ct, lab = phantoms[6]
+    truth = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
+    result = small_model.localize(ct)
+    scores = OrganScores(list(ORGANS))
+    scores.add(np.array([o.box_mm for o in result.organs]), np.array([o.present for o in result.organs]), truth)
+    assert scores.presence_accuracy() == 1.0
+    assert scores.mean_wall_error() < 8.0, scores.rows()
+    for o in result.organs:
+        assert np.all(o.box_mm[1::2] > o.box_mm[0::2]) and np.all(o.box_std_mm >= 0)
+
+
+def test_organs_cut_out_of_view_are_absent(small_model, phantoms):
+    ct, lab = phantoms[6]
+    slices = OrganSlices.from_labels(lab, list(range(1, 8)))
+    low = crop_z(ct, 0, ct.array.shape[0] * 2 // 5)  # neck and shoulders only
+    truth = boxes_in_view(slices, low, 7)
+    result = small_model.localize(low)
+    head = [ORGANS.index(n) for n in ("Brainstem", "RightParotid", "LeftParotid")]
+    assert np.all(np.isnan(truth[head, 0]))
+    assert not any(result.organs[k].present for k in head)
+
+
+def test_json_and_mask_follow_the_schema(small_model, phantoms):
+    ct, _ = phantoms[6]
+    result = small_model.localize(ct)
+    doc = localization_json(result, ct, "p.nii.gz", {"name": "t", "version": "1"}, {"read": 0.1, "total": 0.2})
+    assert doc["coordinate_system"] == "LPS" and doc["units"] == "mm"
+    for name, e in doc["organs"].items():
+        assert name in ORGANS and isinstance(e["present"], bool) and 0 <= e["probability"] <= 1
+        if e["present"]:
+            for axis in "xyz":
+                lo, hi = e["box_mm"][axis]
+                assert lo < hi and len(e["box_std_mm"][axis]) == 2
+            assert all(0 <= i <= j < s for i, j, s in zip(e["box_index"]["min"], e["box_index"]["max"],
+                                                            ct.size, strict=True))
+        else:
+            assert "box_mm" not in e
+    mask = box_label_map(result, ct)
+    assert mask.array.shape == ct.array.shape and mask.array.max() <= 7
+    present = [k + 1 for k, o in enumerate(result.organs) if o.present]
+    assert set(np.unique(mask.array)) - {0} <= set(present)
+
+
+def test_model_file_round_trip_and_determinism(small_model, phantoms, tmp_path: Path):
+    path = tmp_path / "m.npz"
+    small_model.save(path)
+    loaded = OrganLocalizer.load(path)
+    ct, _ = phantoms[6]
+    a, b = small_model.localize(ct), loaded.localize(ct)
+    for x, y in zip(a.organs, b.organs, strict=True):
+        np.testing.assert_array_equal(x.box_mm, y.box_mm)
+        assert x.present == y.present
+    scans = [c for c, _ in phantoms[:3]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:3]]
+    params = {**SMALL, "n_trees": 2, "max_depth": 6}
+    OrganLocalizer(list(ORGANS), **params, n_jobs=1).fit(scans, truths).save(tmp_path / "one.npz")
+    OrganLocalizer(list(ORGANS), **params, n_jobs=2).fit(scans, truths).save(tmp_path / "two.npz")
+    assert (tmp_path / "one.npz").read_bytes() == (tmp_path / "two.npz").read_bytes()
+    with pytest.raises(ModelFormatError):
+        from imageforest import ClassificationForest
+
+        ClassificationForest.load(path)
+
+
+def test_bad_training_input(phantoms):
+    ct, lab = phantoms[0]
+    with pytest.raises(InvalidInputError):
+        OrganLocalizer([], **SMALL).fit([ct], [np.zeros((0, 6))])
+    with pytest.raises(InvalidInputError):
+        OrganLocalizer(list(ORGANS), **SMALL).fit([ct], [])

@@ -1,0 +1,130 @@
+"""`imageforest localize` and `imageforest train-localizer`: outputs, and one-line errors for bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+from click.testing import CliRunner
+
+from apps.localize.model import OrganLocalizer
+from apps.localize.phantom import ORGANS, head_neck_phantom
+from apps.localize.scans import OrganSlices
+from imageforest.cli import main
+from imageforest.imaging.io import read_image, write_image
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    data = root / "data"
+    data.mkdir()
+    scans, truths = [], []
+    for seed in range(4):
+        ct, lab = head_neck_phantom(seed)
+        write_image(ct, data / f"ph{seed}_ct.nii.gz")
+        write_image(lab, data / f"ph{seed}_organs.nii.gz")
+        scans.append(ct)
+        truths.append(OrganSlices.from_labels(lab, list(range(1, 8))))
+    model = OrganLocalizer(list(ORGANS), n_trees=3, max_depth=8, n_candidates=20, min_samples_leaf=10,
+                           points_per_scan=400, random_state=0).fit(scans, truths)
+    model.model_card_ = {"name": "test-phantoms", "version": "0"}
+    model.save(root / "model.npz")
+    return root
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code != 0
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("Error")]
+    assert len(lines) == 1 and "Traceback" not in result.output
+    return lines[0]
+
+
+def test_localize_writes_json_overlay_and_mask(workspace: Path):
+    scan = workspace / "data" / "ph0_ct.nii.gz"
+    before = scan.read_bytes()
+    out, png, mask = workspace / "out.json", workspace / "o.png", workspace / "m.nii.gz"
+    r = run("localize", scan, "--model", workspace / "model.npz", "-o", out, "--overlay", png, "--mask", mask)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["model"] == {"name": "test-phantoms", "version": "0"}
+    assert set(doc["organs"]) == set(ORGANS) and doc["coordinate_system"] == "LPS"
+    assert {"read", "localize", "total"} <= set(doc["timing_s"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    labels = read_image(mask)
+    assert labels.array.shape == read_image(scan).array.shape
+    assert "Brainstem" in r.stderr  # the readable table
+    assert scan.read_bytes() == before  # inputs untouched
+
+
+def test_localize_several_scans_to_a_folder_and_organ_selection(workspace: Path):
+    folder = workspace / "many"
+    folder.mkdir()
+    scans = [workspace / "data" / f"ph{k}_ct.nii.gz" for k in (1, 2)]
+    r = run("localize", *scans, "--model", workspace / "model.npz", "-o", folder, "--organs", "Brainstem,Larynx")
+    assert r.exit_code == 0, r.output
+    docs = [json.loads((folder / f"ph{k}_ct.json").read_text()) for k in (1, 2)]
+    assert all(list(d["organs"]) == ["Brainstem", "Larynx"] for d in docs)
+
+
+def test_stdout_json_when_no_output(workspace: Path):
+    r = run("localize", workspace / "data" / "ph3_ct.nii.gz", "--model", workspace / "model.npz")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["scan"].endswith("ph3_ct.nii.gz")
+
+
+def test_bad_inputs_end_with_one_line(workspace: Path, tmp_path: Path):
+    model = workspace / "model.npz"
+    assert "no such file" in one_line_error(run("localize", tmp_path / "missing.nii.gz", "--model", model))
+    corrupt = tmp_path / "corrupt.nii.gz"
+    corrupt.write_bytes((workspace / "data" / "ph0_ct.nii.gz").read_bytes()[:5000])
+    one_line_error(run("localize", corrupt, "--model", model))
+    four_d = tmp_path / "four.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.int16)), str(four_d))
+    one_line_error(run("localize", four_d, "--model", model))
+    flat = tmp_path / "flat.png"
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((20, 20), np.uint8)), str(flat))
+    one_line_error(run("localize", flat, "--model", model))
+    empty = tmp_path / "empty.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.full((8, 8, 8), -1024, np.int16)), str(empty))
+    r = run("localize", empty, "--model", model)  # air only: every organ absent, not an error
+    assert r.exit_code == 0 and not any(e["present"] for e in json.loads(r.stdout)["organs"].values())
+    scan = workspace / "data" / "ph0_ct.nii.gz"
+    assert "does not exist" in one_line_error(run("localize", scan, "--model", model, "-o",
+                                                  tmp_path / "nowhere" / "x.json"))
+    assert "input scan" in one_line_error(run("localize", scan, "--model", model, "--mask", scan))
+    assert "unknown organ" in one_line_error(run("localize", scan, "--model", model, "--organs", "Liver"))
+    assert "model" in one_line_error(run("localize", scan, "--model", corrupt)).lower()
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert "not writable" in one_line_error(run("localize", scan, "--model", model, "-o", locked / "x.json"))
+
+
+def test_train_localizer_command(workspace: Path, tmp_path: Path):
+    out = tmp_path / "trained.npz"
+    r = run("train-localizer", workspace / "data", "-o", out, "--organs", ",".join(ORGANS), "--trees", "2",
+            "--depth", "6", "--points-per-scan", "300", "--name", "mine")
+    assert r.exit_code == 0, r.output
+    assert "read 4/4 scans" in r.stderr
+    model = OrganLocalizer.load(out)
+    assert model.organs == list(ORGANS) and model.model_card_["name"] == "mine"
+    assert "organ names" in one_line_error(run("train-localizer", workspace / "data", "-o", tmp_path / "x.npz"))
+
+
+def test_console_script_runs_without_traceback(tmp_path: Path):
+    """The installed entry point itself (a new process): a missing scan gives one line and exit code 1."""
+    proc = subprocess.run([sys.executable, "-m", "imageforest.cli", "localize", str(tmp_path / "none.nii.gz")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
