@@ -108,7 +108,7 @@ def test_model_file_round_trip_and_determinism(small_model, phantoms, tmp_path: 
 
 
 def test_bad_training_input(phantoms):
-    ct, lab = phantoms[0]
+    ct, _ = phantoms[0]
     with pytest.raises(InvalidInputError):
         OrganLocalizer([], **SMALL).fit([ct], [np.zeros((0, 6))])
     with pytest.raises(InvalidInputError):

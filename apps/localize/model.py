@@ -76,6 +76,8 @@ class OrganLocalizer(BaseForest):
         Box features look up to this far from the voxel along each axis.
     box_size_mm : (min, max)
         Edge lengths of the feature boxes.
+    difference : bool
+        Features are differences of two displaced boxes (Haar-like) rather than one box's mean HU.
     points_per_scan : int
         Body voxels sampled from each training scan (and from each crop).
     crops_per_scan : int
@@ -88,12 +90,16 @@ class OrganLocalizer(BaseForest):
     """
 
     _task = "organ-localization"
+    # CT box means cluster (air near -1000, fat, soft tissue near 0-80 HU, bone): thresholds drawn from the node's
+    # own responses land inside the clusters, where uniform draws over [min, max] would mostly fall between them.
+    _threshold_sampling = "data"
 
     def __init__(self, organs: list[str] | tuple[str, ...] = (), spacing_mm: float = 4.0, n_trees: int = 12,
                  max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
-                 points_per_scan: int = 800, crops_per_scan: int = 1, vote_points: int = 20_000,
-                 vote_fraction: float = 0.1, random_state=None, n_jobs: int | None = None) -> None:
+                 difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
+                 vote_points: int = 20_000, vote_fraction: float = 0.1, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
@@ -103,6 +109,7 @@ class OrganLocalizer(BaseForest):
         self.min_samples_leaf = min_samples_leaf
         self.max_offset_mm = max_offset_mm
         self.box_size_mm = box_size_mm
+        self.difference = difference
         self.points_per_scan = points_per_scan
         self.crops_per_scan = crops_per_scan
         self.vote_points = vote_points
@@ -121,7 +128,7 @@ class OrganLocalizer(BaseForest):
     # -- training -----------------------------------------------------------------------------------------
     def _features(self) -> BoxFeatures:
         return BoxFeatures(max_offset_mm=float(self.max_offset_mm), box_size_mm=tuple(self.box_size_mm),
-                           difference=False, fill=AIR_HU)
+                           difference=bool(self.difference), fill=AIR_HU)
 
     def _check_settings(self) -> None:
         if not self.organs or len(set(self.organs)) != len(self.organs):
@@ -260,11 +267,12 @@ class OrganLocalizer(BaseForest):
         spread = np.array([1.4826 * _weighted_median(np.abs(votes[:, k] - box[k]), weights[:, k])
                            for k in range(6)])
         lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-        box = np.ravel(np.c_[lo, hi])
         centre = 0.5 * (lo + hi)
         inside = bool(np.all((centre >= extent[0]) & (centre <= extent[1])))
+        # An organ's contoured voxels lie inside the scan: walls voted beyond its faces are pulled back to them.
+        box = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
         present = probability >= 0.5 and inside
-        return OrganEstimate(name, present, probability if inside else min(probability, 0.0), box, spread,
+        return OrganEstimate(name, present, probability if inside else 0.0, box, spread,
                              int(chosen.size))
 
     # -- model files --------------------------------------------------------------------------------------
@@ -343,14 +351,13 @@ def _sample_body(work: Image, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
-    """Body voxels on a regular sub-grid (same stride on every axis) of about `target` points, (n, 3) z, y, x."""
-    n_body = int(mask.sum())
-    if n_body == 0:
-        return np.zeros((0, 3), dtype=np.int64)
-    stride = max(1, int(np.ceil((n_body / target) ** (1 / 3))))
-    sub = mask[::stride, ::stride, ::stride]
-    zz, yy, xx = np.nonzero(sub)
-    return np.c_[zz, yy, xx] * stride
+    """At most `target` body voxels, (n, 3) z, y, x: all of them, or an evenly spaced selection in scan order
+    (deterministic, so a scan always gets the same answer)."""
+    zz, yy, xx = np.nonzero(mask)
+    if zz.size > target:
+        pick = np.linspace(0, zz.size - 1, target).round().astype(np.int64)
+        zz, yy, xx = zz[pick], yy[pick], xx[pick]
+    return np.c_[zz, yy, xx]
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

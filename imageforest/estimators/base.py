@@ -44,6 +44,7 @@ class BaseForest:
 
     _task: ClassVar[str] = ""
     _default_candidates: ClassVar[Any] = "sqrt"
+    _threshold_sampling: ClassVar[str] = "range"  # how the K candidate thresholds are drawn (see GrowthSettings)
 
     # -- hyper-parameters ---------------------------------------------------------------------------------
     @classmethod
@@ -95,7 +96,7 @@ class BaseForest:
             n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),
             min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain),
             bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
-            two_sided=bool(self.two_sided))
+            two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling)
 
     def _resolve_candidates(self, n_features: int) -> int:
         """rho, the number of candidate weak-learner parameter rows tried per node."""

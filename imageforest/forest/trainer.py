@@ -55,6 +55,7 @@ class GrowthSettings:
     max_samples: int | None = None
     structure: str = "tree"
     two_sided: bool = False
+    threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
 
 
 @dataclass
@@ -250,10 +251,16 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 else:
                     lab_c, tgt_c, rows = labels, targets, samples
                 if K is not None:
-                    lo, hi = segment_min_max(resp, seg_start, seg_end)
-                    if fern:
-                        lo, hi = _per_set_range(lo, hi, sets)
-                    thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
+                    if settings.threshold_sampling == "data" and not fern:
+                        # Responses of K random points of the node: thresholds follow the data's density (where
+                        # a uniform draw over [min, max] would mostly land between clusters, e.g. air and tissue).
+                        pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
+                        thr = resp[np.arange(rho)[None, :, None], pick]
+                    else:
+                        lo, hi = segment_min_max(resp, seg_start, seg_end)
+                        if fern:
+                            lo, hi = _per_set_range(lo, hi, sets)
+                        thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
                     thr.sort(axis=2)
                     if lifted is not None:  # whole statistics rows per point, read in place
                         table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
