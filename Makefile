@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench bench-imaging bench-unsupervised lint gallery clean
+.PHONY: install test demo demo-engine bench-localize bench bench-imaging bench-unsupervised lint gallery clean
 
 install: $(STAMP)
 
@@ -12,13 +12,18 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m apps.localize.warmup
 	touch $(STAMP)
 
 test: install
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest
 
+# The main job: localize the organs of a generated head-and-neck phantom with the shipped default model.
 demo: install
+	$(BIN)/python -m apps.localize.demo --out demo_out
+
+demo-engine: install
 	$(BIN)/python examples/demo.py --out demo_out
 
 gallery: install
@@ -26,6 +31,11 @@ gallery: install
 
 bench: install
 	$(BIN)/python benchmarks/engine_vs_sklearn.py
+
+# Cross-validated CT localization against the body-relative mean box and multi-atlas registration (long).
+bench-localize: install
+	mkdir -p bench_out
+	$(BIN)/python benchmarks/localize_eval.py ../shared/data/openkbp-hn --json bench_out/localize_eval.json
 
 bench-imaging: install
 	$(BIN)/python benchmarks/imaging.py

@@ -6,9 +6,10 @@ engine's: displaced-box features in mm on the scan's integral image (eq. 4.5), t
 eq. 4.6 summed over organs (one 6-D block per organ, blocks of scans without the organ left out). Leaves hold, per
 organ, a 6-D Gaussian of the displacements and the share of their training voxels whose scan showed the organ.
 
-At test time each organ's walls come from its most confident votes (leaves with the smallest log det of the
-covariance), aggregated by weighted medians in physical space with a robust per-wall spread; the organ's presence
-probability is the vote-weighted leaf share, and a box whose centre falls outside the scan is reported absent.
+At test time each organ's walls come from its most confident votes (per wall, the leaves with the smallest
+variance of that wall's displacement), aggregated by medians in physical space with a robust per-wall spread.
+The organ's presence probability is the mean leaf share over all votes, and a box whose centre falls outside the
+scan is reported absent.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from imageforest.imaging.io import Image
 
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 TRIU = np.triu_indices(6)
+MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
+COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (std > 250 mm) carry no position
 
 
 @dataclass
@@ -215,15 +218,11 @@ class OrganLocalizer(BaseForest):
         return float(self.spacing_mm) ** 2
 
     def _derive(self) -> None:
-        """Per-leaf quantities voting reads: log det of each organ's covariance and per-wall variances."""
-        cov = np.zeros((*self.leaf_cov_.shape[:2], 6, 6))
-        cov[..., TRIU[0], TRIU[1]] = self.leaf_cov_
-        cov[..., TRIU[1], TRIU[0]] = self.leaf_cov_
-        var = np.diagonal(cov, axis1=-2, axis2=-1)
-        sign, logdet = np.linalg.slogdet(cov + self._floor() * np.eye(6))
-        ok = (self.leaf_count_ >= 3) & (sign > 0)
-        self._logdet = np.where(ok, logdet, np.inf)
-        self._wall_var = var + self._floor()
+        """What voting reads: per leaf and organ, the variance of each wall's displacement (the 6-D Gaussian's
+        diagonal plus the one-voxel floor) and whether enough voxels with the organ reached the leaf."""
+        diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
+        self._wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
+        self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
 
     # -- voting -------------------------------------------------------------------------------------------
     def localize(self, scan: Image) -> Localization:
@@ -252,28 +251,30 @@ class OrganLocalizer(BaseForest):
         name = self.organs[o]
         share = self.leaf_share_[leaves, o]
         probability = float(share.mean())
-        logdet = self._logdet[leaves, o].ravel()
-        valid = np.flatnonzero(np.isfinite(logdet))
+        valid = np.flatnonzero(self._votes[leaves, o].ravel())
         nan6 = np.full(6, np.nan)
         if valid.size == 0:
             return OrganEstimate(name, False, probability, nan6, nan6, 0)
+        # Each wall is voted by the leaves most certain about that wall (smallest variance of its displacement):
+        # a voxel at the bottom of the neck knows where the cord ends better than where the brainstem's sides are.
         keep = max(1, round(self.vote_fraction * valid.size))
-        chosen = valid[np.argpartition(logdet[valid], keep - 1)[:keep]] if keep < valid.size else valid
-        point = chosen // leaves.shape[1]
-        leaf = leaves.ravel()[chosen]
-        votes = pos[point][:, WALL_AXIS] + self.leaf_mean_[leaf, o]
-        weights = 1.0 / self._wall_var[leaf, o]
-        box = np.array([_weighted_median(votes[:, k], weights[:, k]) for k in range(6)])
-        spread = np.array([1.4826 * _weighted_median(np.abs(votes[:, k] - box[k]), weights[:, k])
-                           for k in range(6)])
+        leaf = leaves.ravel()[valid]
+        point = valid // leaves.shape[1]
+        wall_var = self._wall_var[leaf, o]
+        box = np.empty(6)
+        spread = np.empty(6)
+        for k in range(6):
+            chosen = np.argpartition(wall_var[:, k], keep - 1)[:keep] if keep < valid.size else np.arange(valid.size)
+            votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[leaf[chosen], o, k]
+            box[k] = np.median(votes)
+            spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
         lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
         centre = 0.5 * (lo + hi)
         inside = bool(np.all((centre >= extent[0]) & (centre <= extent[1])))
         # An organ's contoured voxels lie inside the scan: walls voted beyond its faces are pulled back to them.
         box = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
         present = probability >= 0.5 and inside
-        return OrganEstimate(name, present, probability if inside else 0.0, box, spread,
-                             int(chosen.size))
+        return OrganEstimate(name, present, probability if inside else 0.0, box, spread, keep)
 
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
@@ -360,17 +361,11 @@ def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
     return np.c_[zz, yy, xx]
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    order = np.argsort(values, kind="stable")
-    cw = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cw, 0.5 * cw[-1])])
-
-
 def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     """Per leaf and organ: the share of voxels whose scan showed the organ among those whose scan's status is
     known (`known`: the organ is contoured in the full scan), the count of voxels with the organ, and the mean (6)
-    and covariance (21, packed upper triangle) of their wall displacements. Leaves without any known voxel get
-    the organ's overall share."""
+    and covariance (21, packed upper triangle, float16) of their wall displacements. Leaves without any known
+    voxel get the organ's overall share."""
     n_leaves = grown.leaf_start.size
     lengths = grown.leaf_end - grown.leaf_start
     seg = np.repeat(np.arange(n_leaves), lengths)
@@ -381,7 +376,7 @@ def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     share = np.zeros((n_leaves, n_org), dtype=np.float32)
     count = np.zeros((n_leaves, n_org), dtype=np.float32)
     mean = np.zeros((n_leaves, n_org, 6), dtype=np.float32)
-    cov = np.zeros((n_leaves, n_org, 21), dtype=np.float32)
+    cov = np.zeros((n_leaves, n_org, 21), dtype=np.float16)
     for o in range(n_org):
         y = Y[pts, 6 * o:6 * o + 6]
         has = ~np.isnan(y[:, 0])
@@ -396,6 +391,7 @@ def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
         m = np.stack([np.bincount(seg, weights=wo * yz[:, a], minlength=n_leaves) for a in range(6)], 1) / safe
         mean[:, o] = m
         r = yz - m[seg]
-        cov[:, o] = np.stack([np.bincount(seg, weights=wo * r[:, a] * r[:, b], minlength=n_leaves)
-                              for a, b in zip(*TRIU, strict=True)], 1) / safe
+        full = np.stack([np.bincount(seg, weights=wo * r[:, a] * r[:, b], minlength=n_leaves)
+                         for a, b in zip(*TRIU, strict=True)], 1) / safe
+        cov[:, o] = np.clip(full, -COV_MAX, COV_MAX)
     return share, count, mean, cov

@@ -12,34 +12,24 @@ image reads the caller's fill value.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
-
-
-@njit(cache=True, parallel=True)
-def _integral_3d(vol):  # pragma: no cover - numba
-    nz, ny, nx = vol.shape
-    out = np.zeros((nz + 1, ny + 1, nx + 1))
-    for z in prange(nz):  # 2-D tables per slice, in parallel
-        for y in range(ny):
-            acc = 0.0
-            for x in range(nx):
-                acc += vol[z, y, x]
-                out[z + 1, y + 1, x + 1] = out[z + 1, y, x + 1] + acc
-    for y in prange(ny + 1):  # then accumulate along z
-        for z in range(1, nz + 1):
-            for x in range(nx + 1):
-                out[z, y, x] += out[z - 1, y, x]
-    return out
+from numba import njit
 
 
 def integral_image(image: np.ndarray) -> np.ndarray:
-    """Summed-area table of a 2-D (y, x) or 3-D (z, y, x) array, shape + 1 in every axis, float64."""
+    """Summed-area table of a 2-D (y, x) or 3-D (z, y, x) array, shape + 1 in every axis, float64.
+
+    Three numpy cumulative sums: as fast as a compiled loop (memory-bound) and nothing to compile, which keeps
+    the command line's first run short.
+    """
     arr = np.asarray(image)
-    if arr.ndim == 2:
-        return _integral_3d(np.ascontiguousarray(arr[None]))[1]
-    if arr.ndim == 3:
-        return _integral_3d(np.ascontiguousarray(arr))
-    raise ValueError(f"integral images are 2-D or 3-D, got {arr.ndim}-D")
+    if arr.ndim not in (2, 3):
+        raise ValueError(f"integral images are 2-D or 3-D, got {arr.ndim}-D")
+    out = np.zeros(tuple(n + 1 for n in arr.shape))
+    inner = out[(slice(1, None),) * arr.ndim]
+    np.cumsum(arr, axis=0, dtype=np.float64, out=inner)
+    for axis in range(1, arr.ndim):
+        np.cumsum(inner, axis=axis, out=inner)
+    return out
 
 
 @njit(cache=True, inline="always")
