@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from apps.localize.api import DEFAULT_MODEL
+from apps.localize.model import OrganLocalizer
 from apps.localize.scans import openkbp_cases
 from apps.localize.training import train_localizer
 
@@ -32,14 +33,19 @@ def main() -> None:
                     default=Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "openkbp-hn")
     ap.add_argument("--out", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--cv-json", type=Path, default=None, help="benchmarks/localize_eval.py --json output")
+    ap.add_argument("--card-only", action="store_true",
+                    help="only add --cv-json's numbers to the model card of the existing --out model")
     args = ap.parse_args()
 
-    cases, organs = openkbp_cases(args.data)
-    t0 = time.perf_counter()
-    model = train_localizer(cases, organs, progress=print, name=NAME, version=VERSION,
-                            data_note="openkbp-hn: 203 head-and-neck CT scans with clinical contours (OpenKBP "
-                                      "challenge, Babier et al., Med Phys 2021; TCIA)", **PARAMETERS)
-    print(f"trained in {time.perf_counter() - t0:.0f} s")
+    if args.card_only:
+        model = OrganLocalizer.load(args.out)
+    else:
+        cases, organs = openkbp_cases(args.data)
+        t0 = time.perf_counter()
+        model = train_localizer(cases, organs, progress=print, name=NAME, version=VERSION,
+                                data_note="openkbp-hn: 203 head-and-neck CT scans with clinical contours (OpenKBP "
+                                          "challenge, Babier et al., Med Phys 2021; TCIA)", **PARAMETERS)
+        print(f"trained in {time.perf_counter() - t0:.0f} s")
     if args.cv_json is not None:
         cv = json.loads(args.cv_json.read_text())
         forest = cv["forest"]

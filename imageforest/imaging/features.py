@@ -137,26 +137,33 @@ def check_points(points, stack: ImageStack) -> np.ndarray:
 BOX_WIDTH = 14  # [ch1, oz, oy, ox, sz, sy, sx, ch2, oz2, oy2, ox2, sz2, sy2, sx2] (mm)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def _span(p, offset, size, sp):  # pragma: no cover - numba
+    """Half-open voxel range [lo, hi) along one axis of a box centred `offset` mm from voxel p, `size` mm long."""
+    half = 0.5 * size
+    lo = p + int(np.floor((offset - half) / sp + 0.5))
+    hi = p + int(np.floor((offset + half) / sp + 0.5))
+    if hi <= lo:
+        hi = lo + 1
+    return lo, hi
+
+
+@njit(cache=True)
 def _box_mean(row, k, table, base, shape, spacing, img, z, y, x, fill):  # pragma: no cover - numba
-    """Mean of the box described by row[k:k + 7] (channel, offset zyx mm, size zyx mm) around voxel (z, y, x)."""
+    """Mean of the box described by row[k:k + 7] (channel, offset zyx mm, size zyx mm) around voxel (z, y, x).
+
+    Scalars only and no numba-level inlining: LLVM inlines these small functions anyway, and the command line's
+    first run compiles this code (numba's IR inlining and small arrays multiply compile time).
+    """
     ch = int(row[k])
-    lo = np.empty(3, dtype=np.int64)
-    hi = np.empty(3, dtype=np.int64)
-    p = (z, y, x)
-    for a in range(3):
-        sp = spacing[img, a]
-        o = row[k + 1 + a]
-        half = 0.5 * row[k + 4 + a]
-        lo[a] = p[a] + int(np.floor((o - half) / sp + 0.5))
-        hi[a] = p[a] + int(np.floor((o + half) / sp + 0.5))
-        if hi[a] <= lo[a]:
-            hi[a] = lo[a] + 1
-    return clipped_box_mean(table, base[img, ch], shape[img, 0], shape[img, 1], shape[img, 2], lo[0], hi[0],
-                            lo[1], hi[1], lo[2], hi[2], fill)
+    z0, z1 = _span(z, row[k + 1], row[k + 4], spacing[img, 0])
+    y0, y1 = _span(y, row[k + 2], row[k + 5], spacing[img, 1])
+    x0, x1 = _span(x, row[k + 3], row[k + 6], spacing[img, 2])
+    return clipped_box_mean(table, base[img, ch], shape[img, 0], shape[img, 1], shape[img, 2], z0, z1, y0, y1,
+                            x0, x1, fill)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _box_response(row, difference, table, base, shape, spacing, pt, fill):  # pragma: no cover - numba
     img = pt[0]
     v = _box_mean(row, 0, table, base, shape, spacing, img, pt[1], pt[2], pt[3], fill)

@@ -44,7 +44,7 @@ def box_sum(table, base, ny1, nx1, z0, z1, y0, y1, x0, x1):  # pragma: no cover 
             + table[b + y1 * nx1 + x0] - table[b + y0 * nx1 + x0])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def clipped_box_mean(table, base, nz, ny, nx, z0, z1, y0, y1, x0, x1, fill):  # pragma: no cover - numba
     """Mean over the part of [z0, z1) x [y0, y1) x [x0, x1) inside an nz x ny x nx image; `fill` if none is."""
     z0 = max(z0, 0)
