@@ -74,7 +74,7 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
     if title:
         fig.suptitle(title + ("   solid: found, dashed: truth" if truth is not None else ""), color="white",
                      fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985 if n_rows > 2 else 0.95))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, facecolor=fig.get_facecolor())
     plt.close(fig)

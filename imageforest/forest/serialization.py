@@ -23,6 +23,12 @@ FORMAT_VERSION = 1
 METADATA_KEY = "__metadata__"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside `path`, then move it into place."""
     path = Path(path)
@@ -33,6 +39,7 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the permissions a plain open() would
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
