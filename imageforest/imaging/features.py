@@ -18,6 +18,7 @@ taking a response function: the response is inlined into the hot loop, which is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit, prange
@@ -25,9 +26,11 @@ from numba import njit, prange
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.storage import ForestArrays
-from imageforest.imaging.filters import FilterBank
 from imageforest.imaging.integral import clipped_box_mean, integral_image
 from imageforest.imaging.io import Image
+
+if TYPE_CHECKING:  # scipy.ndimage (the filter bank's engine) costs start-up; imported when a model uses it
+    from imageforest.imaging.filters import FilterBank
 
 
 @dataclass
@@ -292,6 +295,8 @@ class BoxFeatures(FeatureFamily):
     @classmethod
     def from_spec(cls, spec, arrays):
         bank = spec.get("filter_bank")
+        if bank is not None:
+            from imageforest.imaging.filters import FilterBank
         return cls(spec["max_offset_mm"], spec["box_size_mm"], spec["difference"], spec["n_channels"],
                    spec["planar"], spec["fill"], None if bank is None else FilterBank.from_spec(bank))
 
