@@ -129,6 +129,8 @@ def test_apply_matches_a_plain_traversal_of_responses(family):
     forest = ImageClassificationForest(feats, n_trees=4, max_depth=6, n_candidates=20,
                                        random_state=0).fit(img, pts, labels)
     leaves = forest.apply(img, pts)
+    if family == "box":  # the multi-image kernel and the single-image one (voxel spans precomputed) agree
+        assert np.array_equal(forest.apply([img, img], pts), leaves)
     f = forest.forest_
     stack = forest.family_.prepare(img)
     cpts = check_points(pts, stack)

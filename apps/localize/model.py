@@ -249,29 +249,40 @@ class OrganLocalizer(BaseForest):
         t2 = time.perf_counter()
         pos = voxel_positions(work, pts)
         extent = _extent(work)
-        organs = [self._vote(o, leaves, pos, extent) for o in range(len(self.organs))]
+        # Votes are grouped by leaf: the scan's distinct leaves (a few thousand) are ranked instead of its
+        # n_points x T votes.
+        uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
+        point = np.arange(leaves.size) // leaves.shape[1]
+        organs = [self._vote(o, uniq, inverse, counts, point, pos, extent) for o in range(len(self.organs))]
         t3 = time.perf_counter()
         return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2})
 
-    def _vote(self, o: int, leaves: np.ndarray, pos: np.ndarray, extent: np.ndarray) -> OrganEstimate:
+    def _vote(self, o: int, uniq: np.ndarray, inverse: np.ndarray, counts: np.ndarray, point: np.ndarray,
+              pos: np.ndarray, extent: np.ndarray) -> OrganEstimate:
+        """Organ o's box from the votes: `uniq` leaves reached (each `counts` times), `inverse` maps every vote
+        (point-major, n_points x T) to its leaf in `uniq`, `point` to its voxel, whose position is `pos` (mm)."""
         name = self.organs[o]
-        share = self.leaf_share_[leaves, o]
-        probability = float(share.mean())
-        valid = np.flatnonzero(self._votes[leaves, o].ravel())
+        probability = float(np.dot(self.leaf_share_[uniq, o], counts) / counts.sum())
+        valid = self._votes[uniq, o]
+        n_valid = int(counts[valid].sum())
         nan6 = np.full(6, np.nan)
-        if valid.size == 0:
+        if n_valid == 0:
             return OrganEstimate(name, False, probability, nan6, nan6, 0)
         # Each wall is voted by the leaves most certain about that wall (smallest variance of its displacement):
         # a voxel at the bottom of the neck knows where the cord ends better than where the brainstem's sides are.
-        keep = max(1, round(self.vote_fraction * valid.size))
-        leaf = leaves.ravel()[valid]
-        point = valid // leaves.shape[1]
-        wall_var = self._wall_var[leaf, o]
+        # Leaves are taken in that order until they hold vote_fraction of the votes (the last one whole).
+        keep = max(1, round(self.vote_fraction * n_valid))
+        wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
         box = np.empty(6)
         spread = np.empty(6)
+        chosen_leaf = np.zeros(uniq.size, dtype=bool)
         for k in range(6):
-            chosen = np.argpartition(wall_var[:, k], keep - 1)[:keep] if keep < valid.size else np.arange(valid.size)
-            votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[leaf[chosen], o, k]
+            order = np.argsort(wall_var[:, k], kind="stable")
+            last = int(np.searchsorted(np.cumsum(counts[order]), keep))
+            chosen_leaf[:] = False
+            chosen_leaf[order[: last + 1]] = True
+            chosen = np.flatnonzero(chosen_leaf[inverse])
+            votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
             box[k] = np.median(votes)
             spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
         lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])

@@ -207,6 +207,49 @@ def _box_apply(difference, table, base, shape, spacing, points, packed, tree_roo
     return out
 
 
+@njit(cache=True, parallel=True)
+def _box_apply_single(difference, table, base, nz, ny, nx, points, nodes, spans, tree_root,
+                      fill):  # pragma: no cover - numba
+    """`_box_apply` for one image, with every node's boxes already in voxel offsets (`box_spans`): the
+    prediction path of a scan, where the mm-to-voxel arithmetic would otherwise repeat at every visit."""
+    n = points.shape[0]
+    n_trees = tree_root.shape[0]
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for t in range(n_trees):
+        for i in prange(n):
+            z = points[i, 1]
+            y = points[i, 2]
+            x = points[i, 3]
+            node = tree_root[t]
+            while nodes[node, 0] >= 0.0:
+                sp = spans[node]
+                v = clipped_box_mean(table, base[sp[0]], nz, ny, nx, z + sp[1], z + sp[2], y + sp[3], y + sp[4],
+                                     x + sp[5], x + sp[6], fill)
+                if difference:
+                    v -= clipped_box_mean(table, base[sp[7]], nz, ny, nx, z + sp[8], z + sp[9], y + sp[10],
+                                          y + sp[11], x + sp[12], x + sp[13], fill)
+                f = np.float64(np.float32(v))
+                go_left = f > nodes[node, 2] and f <= nodes[node, 3]
+                node = int(nodes[node, 0]) if go_left else int(nodes[node, 1])
+            out[i, t] = -int(nodes[node, 0]) - 1
+    return out
+
+
+def box_spans(params: np.ndarray, spacing_zyx: np.ndarray) -> np.ndarray:
+    """Voxel offsets (n, 14) int64 [ch, z0, z1, y0, y1, x0, x1] x 2 of box parameter rows (n, 14) at one spacing,
+    computed exactly as `_span` does per visit (same float64 operations, so the same voxels)."""
+    out = np.zeros((params.shape[0], BOX_WIDTH), dtype=np.int64)
+    for k in (0, 7):
+        out[:, k] = params[:, k].astype(np.int64)
+        for a in range(3):
+            half = 0.5 * params[:, k + 4 + a]
+            lo = np.floor((params[:, k + 1 + a] - half) / spacing_zyx[a] + 0.5).astype(np.int64)
+            hi = np.floor((params[:, k + 1 + a] + half) / spacing_zyx[a] + 0.5).astype(np.int64)
+            out[:, k + 1 + 2 * a] = lo
+            out[:, k + 2 + 2 * a] = np.maximum(hi, lo + 1)
+    return out
+
+
 class BoxFeatures(FeatureFamily):
     """Displaced-box means (eq. 4.5) or box differences over integral images, in millimetres.
 
@@ -278,6 +321,16 @@ class BoxFeatures(FeatureFamily):
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
         table, roots = forest.packed()
+        if stack.n_images == 1:
+            key = tuple(stack.spacing[0])
+            cached = forest.__dict__.setdefault("_box_spans", {})
+            if key not in cached:  # one table per working spacing, kept with the (immutable) forest
+                cached.clear()
+                cached[key] = box_spans(np.ascontiguousarray(table[:, 4:]), stack.spacing[0])
+            spans = cached[key]
+            nz, ny, nx = (int(v) for v in stack.shape[0])
+            return _box_apply_single(self.difference, stack.table, stack.base[0], nz, ny, nx, points,
+                                     np.ascontiguousarray(table[:, :4]), spans, roots, self.fill)
         return _box_apply(self.difference, stack.table, stack.base, stack.shape, stack.spacing, points, table,
                           roots, self.fill)
 
