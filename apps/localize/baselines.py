@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import SimpleITK as sitk
 
-from apps.localize.scans import BODY_HU, Image, working_image
+from apps.localize.scans import BODY_HU, working_image
+from imageforest.imaging.io import Image
 
 
 def body_box(work: Image) -> np.ndarray:
