@@ -137,22 +137,33 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                                labels, targets, n_blocks, q, cum, ccount)
             if w_node <= 0.0:
                 continue
-            n_total = ccount[k + 1]
-            mix = supervised_scale(cum[k + 1], criterion, n_blocks, q, reg)
-            parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work, mix)
-            for g in range(n_cfg):
-                i = configs[g, 0]
-                j = configs[g, 1]
-                n_left = ccount[j] - ccount[i]
-                if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
-                    continue
-                for t in range(n_stats):
-                    left[t] = cum[j, t] - cum[i, t]
-                    right[t] = cum[k + 1, t] - left[t]
-                child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
-                child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
-                out[s, c, g] = (parent - child) / w_node
+            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left,
+                           right, out[s, c])
     return out
+
+
+@njit(cache=True)
+def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left, right,
+                   out_row):  # pragma: no cover - numba
+    """Gain of every configuration of one (node, candidate) from its prefix-summed bins (`_bin_pair`'s layout:
+    bins [i, j) hold cum[j] - cum[i], the last row is the node); -inf stays where a child would be too small."""
+    k = cum.shape[0] - 2
+    n_stats = cum.shape[1]
+    n_total = ccount[k + 1]
+    mix = supervised_scale(cum[k + 1], criterion, n_blocks, q, reg)
+    parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work, mix)
+    for g in range(configs.shape[0]):
+        i = configs[g, 0]
+        j = configs[g, 1]
+        n_left = ccount[j] - ccount[i]
+        if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+            continue
+        for t in range(n_stats):
+            left[t] = cum[j, t] - cum[i, t]
+            right[t] = cum[k + 1, t] - left[t]
+        child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
+        child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
+        out_row[g] = (parent - child) / w_node
 
 
 @njit(cache=True, parallel=True)
@@ -198,20 +209,8 @@ def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                     ccount[c, b] += ccount[c, b - 1]
                     for j in range(n_stats):
                         cum[c, b, j] += cum[c, b - 1, j]
-                n_total = ccount[c, k + 1]
-                parent = weighted_impurity(cum[c, k + 1], criterion, n_blocks, q, reg, work, 1.0)
-                for g in range(n_cfg):
-                    i0 = configs[g, 0]
-                    j0 = configs[g, 1]
-                    n_left = ccount[c, j0] - ccount[c, i0]
-                    if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
-                        continue
-                    for t in range(n_stats):
-                        left[t] = cum[c, j0, t] - cum[c, i0, t]
-                        right[t] = cum[c, k + 1, t] - left[t]
-                    child = weighted_impurity(left, criterion, n_blocks, q, reg, work, 1.0)
-                    child += weighted_impurity(right, criterion, n_blocks, q, reg, work, 1.0)
-                    out[s, c, g] = (parent - child) / w_node
+                _score_configs(cum[c], ccount[c], w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf,
+                               work, left, right, out[s, c])
     return out
 
 
