@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,8 +46,6 @@ def _check_destination(path: Path | None, inputs: list[Path], many: bool, what: 
     """Refuse outputs that would overwrite an input or land in a folder that does not exist or is not writable."""
     if path is None:
         return
-    import os
-
     folder = path if many else path.parent
     if many and not folder.is_dir():
         raise _fail(f"{what}: {folder} must be an existing folder when several scans are given")

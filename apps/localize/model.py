@@ -183,8 +183,9 @@ class OrganLocalizer(BaseForest):
                 slabs.append((start, start + length))
             full = boxes_in_view(truth, work, n_org)
             for z0, z1 in slabs:
-                piece = work if (z0, z1) == (0, nz) else crop_z(work, z0, z1)
-                boxes = boxes_in_view(truth, piece, n_org)
+                whole = (z0, z1) == (0, nz)
+                piece = work if whole else crop_z(work, z0, z1)
+                boxes = full if whole else boxes_in_view(truth, piece, n_org)
                 # An organ the full scan shows but the slab does not is known to be absent; one the scan's
                 # truth lacks altogether may simply not have been contoured, so its presence stays unknown.
                 scan_known = ~np.isnan(full[:, 0])
