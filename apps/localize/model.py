@@ -8,6 +8,10 @@ organ, a 6-D Gaussian of the displacements and the share of their training voxel
 
 At test time each organ's walls come from its most confident votes (per wall, the leaves with the smallest
 variance of that wall's displacement), aggregated by medians in physical space with a robust per-wall spread.
+Walls that training scans often show at the edge of the body's field of view (the spinal cord's lower end, where
+clinicians stop contouring at the last slice; the brainstem's top in scans cut at the skull) are then combined with
+a prior learnt from the training truth: the offsets of that wall from the body's edge, weighted by how well each
+agrees with the vote (a Gaussian of the votes' spread), and the posterior median taken.
 The organ's presence probability is the mean leaf share over all votes times an agreement factor of the votes'
 spread; a box whose centre falls outside the scan is reported absent.
 """
@@ -94,6 +98,9 @@ class OrganLocalizer(BaseForest):
     max_spread_mm : float
         Mean per-wall vote spread at which the presence probability is halved: votes that scatter more than
         this do not locate an organ.
+    edge_prior_share : float
+        A wall gets the body-edge prior when at least this share of the training scans with the organ show the
+        wall within 1.5 working voxels of the body's edge on that side; 1 (or more) turns the prior off.
     """
 
     _task = "organ-localization"
@@ -105,8 +112,8 @@ class OrganLocalizer(BaseForest):
                  max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
-                 vote_points: int = 20_000, vote_fraction: float = 0.1, max_spread_mm: float = 35.0,
-                 random_state=None,
+                 vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
+                 edge_prior_share: float = 0.25, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -123,6 +130,7 @@ class OrganLocalizer(BaseForest):
         self.vote_points = vote_points
         self.vote_fraction = vote_fraction
         self.max_spread_mm = max_spread_mm
+        self.edge_prior_share = edge_prior_share
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -170,7 +178,7 @@ class OrganLocalizer(BaseForest):
             raise InvalidInputError(f"give one truth per scan ({len(scans)} scans, {len(truths)} truths)")
         say = progress or (lambda _msg: None)
         rng = np.random.default_rng(self.random_state)
-        works, targets, points, known = [], [], [], []
+        works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         t0 = time.perf_counter()
         for k, (scan, truth) in enumerate(zip(scans, truths, strict=True)):
@@ -182,6 +190,7 @@ class OrganLocalizer(BaseForest):
                 start = int(rng.integers(0, nz - length + 1))
                 slabs.append((start, start + length))
             full = boxes_in_view(truth, work, n_org)
+            edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -217,6 +226,7 @@ class OrganLocalizer(BaseForest):
         say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
         self.leaf_share_, self.leaf_count_, self.leaf_mean_, self.leaf_cov_ = _organ_leaves(
             grown, Y, np.concatenate(known), n_org)
+        self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
@@ -230,6 +240,10 @@ class OrganLocalizer(BaseForest):
         diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
         self._wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
         self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
+        seen = ~np.isnan(self.edge_offsets_)
+        at_edge = seen & (np.abs(np.nan_to_num(self.edge_offsets_, nan=np.inf)) <= 1.5 * float(self.spacing_mm))
+        share = at_edge.sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+        self._edge_prior = share >= float(self.edge_prior_share)  # (n_organs, 6)
 
     # -- voting -------------------------------------------------------------------------------------------
     def localize(self, scan: Image) -> Localization:
@@ -254,14 +268,16 @@ class OrganLocalizer(BaseForest):
         # n_points x T votes.
         uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
         point = np.arange(leaves.size) // leaves.shape[1]
-        organs = [self._vote(o, uniq, inverse, counts, point, pos, extent) for o in range(len(self.organs))]
+        edges = body_edges(mask, work)
+        organs = [self._vote(o, uniq, inverse, counts, point, pos, extent, edges) for o in range(len(self.organs))]
         t3 = time.perf_counter()
         return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2})
 
     def _vote(self, o: int, uniq: np.ndarray, inverse: np.ndarray, counts: np.ndarray, point: np.ndarray,
-              pos: np.ndarray, extent: np.ndarray) -> OrganEstimate:
+              pos: np.ndarray, extent: np.ndarray, edges: np.ndarray) -> OrganEstimate:
         """Organ o's box from the votes: `uniq` leaves reached (each `counts` times), `inverse` maps every vote
-        (point-major, n_points x T) to its leaf in `uniq`, `point` to its voxel, whose position is `pos` (mm)."""
+        (point-major, n_points x T) to its leaf in `uniq`, `point` to its voxel, whose position is `pos` (mm);
+        `edges` (6,) are the body's outer faces in mm."""
         name = self.organs[o]
         probability = float(np.dot(self.leaf_share_[uniq, o], counts) / counts.sum())
         valid = self._votes[uniq, o]
@@ -286,6 +302,8 @@ class OrganLocalizer(BaseForest):
             votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
             box[k] = np.median(votes)
             spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
+            if self._edge_prior[o, k]:
+                box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
         lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
         centre = 0.5 * (lo + hi)
         inside = bool(np.all((centre >= extent[0]) & (centre <= extent[1])))
@@ -298,10 +316,29 @@ class OrganLocalizer(BaseForest):
         probability = probability * agreement if inside else 0.0
         return OrganEstimate(name, probability >= 0.5, probability, box, spread, keep)
 
+    def _with_edge_prior(self, o: int, k: int, vote: float, spread: float, edge: float) -> tuple[float, float]:
+        """Wall k of organ o from its vote (median, robust spread, mm) and the training scans' offsets of that
+        wall from the body's edge: each training offset placed at this scan's edge is weighted by a Gaussian
+        of its distance to the vote (sigma: the spread, at least one working voxel); the weighted median and
+        its robust spread are returned. A vote no training offset explains is kept as it is."""
+        offsets = self.edge_offsets_[:, o, k]
+        atoms = np.sort(edge + offsets[~np.isnan(offsets)].astype(np.float64))
+        sigma = max(spread, float(self.spacing_mm))
+        weight = np.exp(-0.5 * ((atoms - vote) / sigma) ** 2)
+        total = weight.sum()
+        if not total > 1e-12:
+            return vote, spread
+        cumulative = np.cumsum(weight)
+        wall = float(atoms[np.searchsorted(cumulative, 0.5 * total)])
+        deviation = np.abs(atoms - wall)
+        order = np.argsort(deviation, kind="stable")
+        mad = float(deviation[order][np.searchsorted(np.cumsum(weight[order]), 0.5 * total)])
+        return wall, 1.4826 * mad
+
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
         return {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
-                "leaf.cov": self.leaf_cov_}
+                "leaf.cov": self.leaf_cov_, "edge.offsets": self.edge_offsets_}
 
     def _extra_metadata(self) -> dict:
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
@@ -317,6 +354,11 @@ class OrganLocalizer(BaseForest):
                 raise ModelFormatError(f"leaf array {key} is missing or has the wrong shape")
             if not np.all(np.isfinite(arrays[key])):
                 raise ModelFormatError(f"leaf array {key} holds NaN or infinite values")
+        offsets = arrays.get("edge.offsets")
+        if (offsets is None or offsets.ndim != 3 or offsets.shape[1:] != (n_org, 6)
+                or np.isinf(offsets).any() or offsets.dtype.kind != "f"):
+            raise ModelFormatError("array edge.offsets is missing, has the wrong shape or holds infinities")
+        self.edge_offsets_ = offsets
         self.organs = list(meta["organs"])
         self.leaf_share_ = arrays["leaf.share"]
         self.leaf_count_ = arrays["leaf.count"]
@@ -352,6 +394,18 @@ def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
     out[:, 5] = np.minimum(boxes[:, 5], hi)
     out[~(out[:, 5] > out[:, 4])] = np.nan
     return out
+
+
+def body_edges(mask: np.ndarray, work: Image) -> np.ndarray:
+    """(6,) outer faces in mm of the body voxels `mask` (z, y, x) of a working-grid volume, [x_lo, x_hi, y_lo,
+    y_hi, z_lo, z_hi]; the volume's own faces when it holds no body voxel."""
+    lo_hi = []
+    for axis in (2, 1, 0):  # x, y, z index axes of the (z, y, x) mask
+        hit = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
+        lo_hi.append((hit[0], hit[-1]) if hit.size else (0, mask.shape[axis] - 1))
+    lo = work.index_to_physical(np.array([[v[0] - 0.5 for v in lo_hi]]))[0]
+    hi = work.index_to_physical(np.array([[v[1] + 0.5 for v in lo_hi]]))[0]
+    return np.ravel(np.c_[np.minimum(lo, hi), np.maximum(lo, hi)])
 
 
 def _extent(image: Image) -> np.ndarray:
