@@ -113,3 +113,52 @@ def test_bad_training_input(phantoms):
         OrganLocalizer([], **SMALL).fit([ct], [np.zeros((0, 6))])
     with pytest.raises(InvalidInputError):
         OrganLocalizer(list(ORGANS), **SMALL).fit([ct], [])
+
+
+def test_body_edges_are_the_outer_faces_of_body_voxels():
+    from apps.localize.model import body_edges
+    from imageforest.imaging.io import Image
+
+    arr = np.full((10, 12, 14), -1000.0, dtype=np.float32)
+    arr[2:5, 3:9, 4:6] = 40.0  # z 2..4, y 3..8, x 4..5
+    work = Image(arr, np.array([2.0, 3.0, 4.0]), np.array([10.0, 20.0, 30.0]), np.eye(3))
+    edges = body_edges(arr > -500, work)
+    # x: voxels 4..5 at 2 mm from origin 10 -> faces 10 + 3.5*2, 10 + 5.5*2
+    np.testing.assert_allclose(edges, [17.0, 21.0, 20 + 2.5 * 3, 20 + 8.5 * 3, 30 + 1.5 * 4, 30 + 4.5 * 4])
+
+
+def test_edge_prior_pulls_an_uncertain_wall_to_the_body_edge(small_model, tmp_path: Path):
+    small_model.save(tmp_path / "m.npz")
+    model = OrganLocalizer.load(tmp_path / "m.npz")
+    n = 40
+    offsets = np.full((n, 7, 6), np.nan, dtype=np.float32)
+    offsets[:, 1, 4] = np.r_[np.zeros(30), np.full(10, 45.0)]  # the cord starts at the lowest body slice in 75%
+    model.edge_offsets_ = offsets
+    model._derive()
+    assert model._edge_prior[1, 4] and model._edge_prior.sum() == 1
+    edge = -100.0
+    # A scattered vote 20 mm above the edge: the training scans say the wall is at the edge.
+    wall, spread = model._with_edge_prior(1, 4, edge + 20.0, 25.0, edge)
+    assert abs(wall - edge) < 1e-9 and spread >= 0
+    # A tight vote near the other mode keeps it; one no training offset explains is kept as it is.
+    assert model._with_edge_prior(1, 4, edge + 44.0, 3.0, edge)[0] == pytest.approx(edge + 45.0)
+    assert model._with_edge_prior(1, 4, edge + 500.0, 3.0, edge) == (edge + 500.0, 3.0)
+    model.edge_prior_share = 1.0
+    model._derive()
+    assert not model._edge_prior.any()
+
+
+def test_model_without_edge_offsets_loads_with_the_prior_off(small_model, tmp_path: Path):
+    from imageforest.forest.serialization import load_model, save_model
+
+    small_model.save(tmp_path / "m.npz")
+    meta, arrays = load_model(tmp_path / "m.npz")
+    assert arrays["edge.offsets"].shape == (6, 7, 6)  # one row per training scan
+    del arrays["edge.offsets"]
+    save_model(tmp_path / "old.npz", meta, arrays)
+    old = OrganLocalizer.load(tmp_path / "old.npz")
+    assert old.edge_offsets_.shape == (0, 7, 6) and not old._edge_prior.any()
+    arrays["edge.offsets"] = np.zeros((3, 5, 6), dtype=np.float32)
+    save_model(tmp_path / "bad.npz", meta, arrays)
+    with pytest.raises(ModelFormatError):
+        OrganLocalizer.load(tmp_path / "bad.npz")

@@ -354,10 +354,10 @@ class OrganLocalizer(BaseForest):
                 raise ModelFormatError(f"leaf array {key} is missing or has the wrong shape")
             if not np.all(np.isfinite(arrays[key])):
                 raise ModelFormatError(f"leaf array {key} holds NaN or infinite values")
-        offsets = arrays.get("edge.offsets")
-        if (offsets is None or offsets.ndim != 3 or offsets.shape[1:] != (n_org, 6)
-                or np.isinf(offsets).any() or offsets.dtype.kind != "f"):
-            raise ModelFormatError("array edge.offsets is missing, has the wrong shape or holds infinities")
+        # Files written before the body-edge prior existed have no offsets: they load with the prior off.
+        offsets = arrays.get("edge.offsets", np.zeros((0, n_org, 6), dtype=np.float32))
+        if offsets.ndim != 3 or offsets.shape[1:] != (n_org, 6) or offsets.dtype.kind != "f" or np.isinf(offsets).any():
+            raise ModelFormatError("array edge.offsets has the wrong shape or holds infinities")
         self.edge_offsets_ = offsets
         self.organs = list(meta["organs"])
         self.leaf_share_ = arrays["leaf.share"]
