@@ -292,6 +292,7 @@ class OrganLocalizer(BaseForest):
         wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
         box = np.empty(6)
         spread = np.empty(6)
+        vote_spread = np.empty(6)  # of the votes alone: the agreement factor must not count the prior's help
         chosen_leaf = np.zeros(uniq.size, dtype=bool)
         for k in range(6):
             order = np.argsort(wall_var[:, k], kind="stable")
@@ -301,7 +302,7 @@ class OrganLocalizer(BaseForest):
             chosen = np.flatnonzero(chosen_leaf[inverse])
             votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
             box[k] = np.median(votes)
-            spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
+            spread[k] = vote_spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
         lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
@@ -312,7 +313,7 @@ class OrganLocalizer(BaseForest):
         # Votes of an organ that is there agree (median spread ~6-13 mm on head-and-neck CT); outside the anatomy
         # the model knows (e.g. an abdominal scan) leaves still claim the organ but their votes scatter (45-95
         # mm). The presence probability is the leaf share times a logistic agreement factor of the spread.
-        agreement = 1.0 / (1.0 + np.exp((float(np.mean(spread)) - float(self.max_spread_mm)) / SPREAD_SCALE_MM))
+        agreement = 1.0 / (1.0 + np.exp((float(np.mean(vote_spread)) - float(self.max_spread_mm)) / SPREAD_SCALE_MM))
         probability = probability * agreement if inside else 0.0
         return OrganEstimate(name, probability >= 0.5, probability, box, spread, keep)
 
