@@ -116,7 +116,7 @@ def test_bad_training_input(phantoms):
 
 
 def test_body_edges_are_the_outer_faces_of_body_voxels():
-    from apps.localize.model import body_edges
+    from apps.localize.scans import body_edges
     from imageforest.imaging.io import Image
 
     arr = np.full((10, 12, 14), -1000.0, dtype=np.float32)

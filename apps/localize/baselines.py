@@ -12,18 +12,14 @@ from __future__ import annotations
 import numpy as np
 import SimpleITK as sitk
 
-from apps.localize.scans import BODY_HU, working_image
+from apps.localize.scans import body_edges, body_mask, working_image
 from imageforest.imaging.io import Image
 
 
 def body_box(work: Image) -> np.ndarray:
     """(6,) outer faces in mm of the body voxels (HU > -500) of a scan, [x_lo, x_hi, y_lo, y_hi, z_lo, z_hi]."""
-    zz, yy, xx = np.nonzero(work.array > BODY_HU)
-    if zz.size == 0:
-        return np.full(6, np.nan)
-    lo = work.index_to_physical(np.array([[xx.min() - 0.5, yy.min() - 0.5, zz.min() - 0.5]]))[0]
-    hi = work.index_to_physical(np.array([[xx.max() + 0.5, yy.max() + 0.5, zz.max() + 0.5]]))[0]
-    return np.ravel(np.c_[np.minimum(lo, hi), np.maximum(lo, hi)])
+    mask = body_mask(work)
+    return body_edges(mask, work) if mask.any() else np.full(6, np.nan)
 
 
 class BodyRelativeMeanBox:

@@ -26,6 +26,7 @@ import numpy as np
 from apps.localize.scans import (
     AIR_HU,
     OrganSlices,
+    body_edges,
     body_mask,
     crop_z,
     voxel_positions,
@@ -98,6 +99,11 @@ class OrganLocalizer(BaseForest):
     max_spread_mm : float
         Mean per-wall vote spread at which the presence probability is halved: votes that scatter more than
         this do not locate an organ.
+    near_fraction : float
+        Share of each scan's training voxels drawn from body voxels within `near_margin_mm` of an organ's box
+        (the rest uniformly from the whole body): the votes that decide a box come mostly from near the organ.
+    near_margin_mm : float
+        How far around the organs' boxes `near_fraction` of the training voxels are drawn.
     edge_prior_share : float
         A wall gets the body-edge prior when at least this share of the training scans with the organ show the
         wall within 1.5 working voxels of the body's edge on that side; 1 (or more) turns the prior off.
@@ -113,7 +119,8 @@ class OrganLocalizer(BaseForest):
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
-                 edge_prior_share: float = 0.25, random_state=None,
+                 near_fraction: float = 0.0, near_margin_mm: float = 30.0, edge_prior_share: float = 0.25,
+                 random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -130,6 +137,8 @@ class OrganLocalizer(BaseForest):
         self.vote_points = vote_points
         self.vote_fraction = vote_fraction
         self.max_spread_mm = max_spread_mm
+        self.near_fraction = near_fraction
+        self.near_margin_mm = near_margin_mm
         self.edge_prior_share = edge_prior_share
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -198,7 +207,7 @@ class OrganLocalizer(BaseForest):
                 # An organ the full scan shows but the slab does not is known to be absent; one the scan's
                 # truth lacks altogether may simply not have been contoured, so its presence stays unknown.
                 scan_known = ~np.isnan(full[:, 0])
-                pts = _sample_body(piece, int(self.points_per_scan), rng)
+                pts = self._training_voxels(piece, boxes, rng)
                 if pts.shape[0] == 0:
                     continue
                 pos = voxel_positions(piece, pts)
@@ -230,6 +239,27 @@ class OrganLocalizer(BaseForest):
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
+
+    def _training_voxels(self, piece: Image, boxes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Body voxels (z, y, x) of `piece` to train on: `near_fraction` of them near the organs in view
+        (`boxes`, mm), the rest from the whole body."""
+        n = int(self.points_per_scan)
+        n_near = round(float(self.near_fraction) * n)
+        near = np.zeros((0, 3), dtype=np.int64)
+        in_view = boxes[~np.isnan(boxes[:, 0])]
+        if n_near > 0 and in_view.size:
+            mask = body_mask(piece)
+            zz, yy, xx = np.nonzero(mask)
+            pos = voxel_positions(piece, np.c_[zz, yy, xx])
+            margin = float(self.near_margin_mm)
+            close = np.zeros(zz.size, dtype=bool)
+            for b in in_view:
+                close |= np.all((pos >= b[0::2] - margin) & (pos <= b[1::2] + margin), axis=1)
+            idx = np.flatnonzero(close)
+            pick = np.sort(rng.choice(idx, size=min(n_near, idx.size), replace=False))
+            near = np.c_[zz[pick], yy[pick], xx[pick]]
+        rest = _sample_body(piece, n - near.shape[0], rng)
+        return np.concatenate([near, rest]) if near.size else rest
 
     def _floor(self) -> float:
         return float(self.spacing_mm) ** 2
@@ -395,18 +425,6 @@ def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
     out[:, 5] = np.minimum(boxes[:, 5], hi)
     out[~(out[:, 5] > out[:, 4])] = np.nan
     return out
-
-
-def body_edges(mask: np.ndarray, work: Image) -> np.ndarray:
-    """(6,) outer faces in mm of the body voxels `mask` (z, y, x) of a working-grid volume, [x_lo, x_hi, y_lo,
-    y_hi, z_lo, z_hi]; the volume's own faces when it holds no body voxel."""
-    lo_hi = []
-    for axis in (2, 1, 0):  # x, y, z index axes of the (z, y, x) mask
-        hit = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
-        lo_hi.append((hit[0], hit[-1]) if hit.size else (0, mask.shape[axis] - 1))
-    lo = work.index_to_physical(np.array([[v[0] - 0.5 for v in lo_hi]]))[0]
-    hi = work.index_to_physical(np.array([[v[1] + 0.5 for v in lo_hi]]))[0]
-    return np.ravel(np.c_[np.minimum(lo, hi), np.maximum(lo, hi)])
 
 
 def _extent(image: Image) -> np.ndarray:

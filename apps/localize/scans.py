@@ -60,6 +60,18 @@ def body_mask(work: Image) -> np.ndarray:
     return work.array > BODY_HU
 
 
+def body_edges(mask: np.ndarray, work: Image) -> np.ndarray:
+    """(6,) outer faces in mm of the body voxels `mask` (z, y, x) of a working-grid volume, [x_lo, x_hi, y_lo,
+    y_hi, z_lo, z_hi]; the volume's own faces when it holds no body voxel."""
+    lo_hi = []
+    for axis in (2, 1, 0):  # x, y, z index axes of the (z, y, x) mask
+        hit = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
+        lo_hi.append((hit[0], hit[-1]) if hit.size else (0, mask.shape[axis] - 1))
+    lo = work.index_to_physical(np.array([[v[0] - 0.5 for v in lo_hi]]))[0]
+    hi = work.index_to_physical(np.array([[v[1] + 0.5 for v in lo_hi]]))[0]
+    return np.ravel(np.c_[np.minimum(lo, hi), np.maximum(lo, hi)])
+
+
 def voxel_positions(image: Image, zyx: np.ndarray) -> np.ndarray:
     """Physical LPS positions (n, 3) in mm, (x, y, z) order, of voxel indices (n, 3) given as (z, y, x)."""
     return image.index_to_physical(np.asarray(zyx, dtype=np.float64)[:, ::-1])
