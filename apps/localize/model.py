@@ -99,11 +99,6 @@ class OrganLocalizer(BaseForest):
     max_spread_mm : float
         Mean per-wall vote spread at which the presence probability is halved: votes that scatter more than
         this do not locate an organ.
-    near_fraction : float
-        Share of each scan's training voxels drawn from body voxels within `near_margin_mm` of an organ's box
-        (the rest uniformly from the whole body): the votes that decide a box come mostly from near the organ.
-    near_margin_mm : float
-        How far around the organs' boxes `near_fraction` of the training voxels are drawn.
     edge_prior_share : float
         A wall gets the body-edge prior when at least this share of the training scans with the organ show the
         wall within 1.5 working voxels of the body's edge on that side; 1 (or more) turns the prior off.
@@ -119,8 +114,7 @@ class OrganLocalizer(BaseForest):
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
-                 near_fraction: float = 0.0, near_margin_mm: float = 30.0, edge_prior_share: float = 0.25,
-                 random_state=None,
+                 edge_prior_share: float = 0.25, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -137,8 +131,6 @@ class OrganLocalizer(BaseForest):
         self.vote_points = vote_points
         self.vote_fraction = vote_fraction
         self.max_spread_mm = max_spread_mm
-        self.near_fraction = near_fraction
-        self.near_margin_mm = near_margin_mm
         self.edge_prior_share = edge_prior_share
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -207,7 +199,7 @@ class OrganLocalizer(BaseForest):
                 # An organ the full scan shows but the slab does not is known to be absent; one the scan's
                 # truth lacks altogether may simply not have been contoured, so its presence stays unknown.
                 scan_known = ~np.isnan(full[:, 0])
-                pts = self._training_voxels(piece, boxes, rng)
+                pts = _sample_body(piece, int(self.points_per_scan), rng)
                 if pts.shape[0] == 0:
                     continue
                 pos = voxel_positions(piece, pts)
@@ -239,27 +231,6 @@ class OrganLocalizer(BaseForest):
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
-
-    def _training_voxels(self, piece: Image, boxes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Body voxels (z, y, x) of `piece` to train on: `near_fraction` of them near the organs in view
-        (`boxes`, mm), the rest from the whole body."""
-        n = int(self.points_per_scan)
-        n_near = round(float(self.near_fraction) * n)
-        near = np.zeros((0, 3), dtype=np.int64)
-        in_view = boxes[~np.isnan(boxes[:, 0])]
-        if n_near > 0 and in_view.size:
-            mask = body_mask(piece)
-            zz, yy, xx = np.nonzero(mask)
-            pos = voxel_positions(piece, np.c_[zz, yy, xx])
-            margin = float(self.near_margin_mm)
-            close = np.zeros(zz.size, dtype=bool)
-            for b in in_view:
-                close |= np.all((pos >= b[0::2] - margin) & (pos <= b[1::2] + margin), axis=1)
-            idx = np.flatnonzero(close)
-            pick = np.sort(rng.choice(idx, size=min(n_near, idx.size), replace=False))
-            near = np.c_[zz[pick], yy[pick], xx[pick]]
-        rest = _sample_body(piece, n - near.shape[0], rng)
-        return np.concatenate([near, rest]) if near.size else rest
 
     def _floor(self) -> float:
         return float(self.spacing_mm) ** 2
