@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from apps.localize.evaluate import OrganScores
-from apps.localize.model import OrganLocalizer, boxes_in_view
+from apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
 from apps.localize.phantom import ORGANS, head_neck_phantom
 from apps.localize.report import box_label_map, localization_json
 from apps.localize.scans import OrganSlices, crop_z
@@ -162,3 +162,26 @@ def test_model_without_edge_offsets_loads_with_the_prior_off(small_model, tmp_pa
     save_model(tmp_path / "bad.npz", meta, arrays)
     with pytest.raises(ModelFormatError):
         OrganLocalizer.load(tmp_path / "bad.npz")
+
+
+def test_visible_share_of_a_voted_box():
+    extent = np.array([[0.0, 0.0, 0.0], [100.0, 100.0, 50.0]])
+    assert visible_share(np.array([10, 20, 10, 20, 10, 20.0]), extent) == 1.0
+    assert visible_share(np.array([10, 20, 10, 20, 40, 60.0]), extent) == pytest.approx(0.5)
+    assert visible_share(np.array([20, 10, 10, 20, 60, 40.0]), extent) == pytest.approx(0.5)  # walls in any order
+    assert visible_share(np.array([10, 20, -30, -10, 10, 20.0]), extent) == 0.0
+
+
+def test_min_visible_calls_a_box_voted_beyond_the_scan_absent(small_model, phantoms):
+    """The lower slab of a phantom: organs above it are absent; with the rule off (min_visible = 0) the
+    presence of every organ can only rise, and the default demands part of the voted box in view."""
+    ct, _ = phantoms[6]
+    low = crop_z(ct, 0, ct.array.shape[0] * 2 // 5)
+    model = OrganLocalizer.__new__(OrganLocalizer)
+    model.__dict__.update(small_model.__dict__)
+    strict = [o.probability for o in model.localize(low).organs]
+    model.min_visible = 0.0
+    loose = [o.probability for o in model.localize(low).organs]
+    assert all(b >= a for a, b in zip(strict, loose, strict=True))
+    model.min_visible = 1.0
+    assert not model.localize(low).organs[ORGANS.index("Brainstem")].present

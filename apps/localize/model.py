@@ -13,7 +13,9 @@ clinicians stop contouring at the last slice; the brainstem's top in scans cut a
 a prior learnt from the training truth: the offsets of that wall from the body's edge, weighted by how well each
 agrees with the vote (a Gaussian of the votes' spread), and the posterior median taken.
 The organ's presence probability is the mean leaf share over all votes times an agreement factor of the votes'
-spread; a box whose centre falls outside the scan is reported absent.
+spread. Whether the organ is in the field of view at all is judged on a broader vote (presence_fraction of the
+votes per wall, without the prior): an organ of which less than min_visible of the voted extent along some axis lies
+inside the scan is reported absent (a slab cut just below the parotids still has voxels that recall them).
 """
 
 from __future__ import annotations
@@ -102,6 +104,12 @@ class OrganLocalizer(BaseForest):
     edge_prior_share : float
         A wall gets the body-edge prior when at least this share of the training scans with the organ show the
         wall within 1.5 working voxels of the body's edge on that side; 1 (or more) turns the prior off.
+    presence_fraction : float
+        Share of each organ's votes kept per wall (most confident first) for the box that decides whether the
+        organ is in view, and for the spread of the agreement factor.
+    min_visible : float
+        Least share of that box's extent along every axis that must lie inside the scan for the organ to be
+        reported present.
     """
 
     _task = "organ-localization"
@@ -114,7 +122,8 @@ class OrganLocalizer(BaseForest):
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
-                 edge_prior_share: float = 0.25, random_state=None,
+                 edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.3,
+                 random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -132,6 +141,8 @@ class OrganLocalizer(BaseForest):
         self.vote_fraction = vote_fraction
         self.max_spread_mm = max_spread_mm
         self.edge_prior_share = edge_prior_share
+        self.presence_fraction = presence_fraction
+        self.min_visible = min_visible
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -153,8 +164,11 @@ class OrganLocalizer(BaseForest):
             raise InvalidInputError("organs must be a non-empty list of distinct names")
         if not (isinstance(self.spacing_mm, (int, float)) and 0.5 <= self.spacing_mm <= 20):
             raise InvalidInputError(f"spacing_mm must lie in [0.5, 20] mm, got {self.spacing_mm!r}")
-        if not 0 < self.vote_fraction <= 1:
-            raise InvalidInputError(f"vote_fraction must lie in (0, 1], got {self.vote_fraction!r}")
+        for name in ("vote_fraction", "presence_fraction"):
+            if not 0 < getattr(self, name) <= 1:
+                raise InvalidInputError(f"{name} must lie in (0, 1], got {getattr(self, name)!r}")
+        if not 0 <= self.min_visible <= 1:
+            raise InvalidInputError(f"min_visible must lie in [0, 1], got {self.min_visible!r}")
         for name in ("points_per_scan", "vote_points"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1")
@@ -288,34 +302,35 @@ class OrganLocalizer(BaseForest):
             return OrganEstimate(name, False, probability, nan6, nan6, 0)
         # Each wall is voted by the leaves most certain about that wall (smallest variance of its displacement):
         # a voxel at the bottom of the neck knows where the cord ends better than where the brainstem's sides are.
-        # Leaves are taken in that order until they hold vote_fraction of the votes (the last one whole).
+        # Leaves are taken in that order until they hold the wanted share of the votes (the last one whole).
         keep = max(1, round(self.vote_fraction * n_valid))
+        keep_presence = max(1, round(self.presence_fraction * n_valid))
         wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
-        box = np.empty(6)
-        spread = np.empty(6)
-        vote_spread = np.empty(6)  # of the votes alone: the agreement factor must not count the prior's help
+        box, spread = np.empty(6), np.empty(6)
+        view_box, view_spread = np.empty(6), np.empty(6)  # the broader vote that judges presence
         chosen_leaf = np.zeros(uniq.size, dtype=bool)
         for k in range(6):
             order = np.argsort(wall_var[:, k], kind="stable")
-            last = int(np.searchsorted(np.cumsum(counts[order]), keep))
-            chosen_leaf[:] = False
-            chosen_leaf[order[: last + 1]] = True
-            chosen = np.flatnonzero(chosen_leaf[inverse])
-            votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
-            box[k] = np.median(votes)
-            spread[k] = vote_spread[k] = 1.4826 * np.median(np.abs(votes - box[k]))
+            cumulative = np.cumsum(counts[order])
+            for n_keep, b, sd in ((keep, box, spread), (keep_presence, view_box, view_spread)):
+                last = int(np.searchsorted(cumulative, n_keep))
+                chosen_leaf[:] = False
+                chosen_leaf[order[: last + 1]] = True
+                chosen = np.flatnonzero(chosen_leaf[inverse])
+                votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
+                b[k] = np.median(votes)
+                sd[k] = 1.4826 * np.median(np.abs(votes - b[k]))
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
-        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-        centre = 0.5 * (lo + hi)
-        inside = bool(np.all((centre >= extent[0]) & (centre <= extent[1])))
         # An organ's contoured voxels lie inside the scan: walls voted beyond its faces are pulled back to them.
+        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
         box = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
+        visible = visible_share(view_box, extent)
         # Votes of an organ that is there agree (median spread ~6-13 mm on head-and-neck CT); outside the anatomy
         # the model knows (e.g. an abdominal scan) leaves still claim the organ but their votes scatter (45-95
         # mm). The presence probability is the leaf share times a logistic agreement factor of the spread.
-        agreement = 1.0 / (1.0 + np.exp((float(np.mean(vote_spread)) - float(self.max_spread_mm)) / SPREAD_SCALE_MM))
-        probability = probability * agreement if inside else 0.0
+        agreement = 1.0 / (1.0 + np.exp((float(np.mean(view_spread)) - float(self.max_spread_mm)) / SPREAD_SCALE_MM))
+        probability = probability * agreement if visible >= float(self.min_visible) else 0.0
         return OrganEstimate(name, probability >= 0.5, probability, box, spread, keep)
 
     def _with_edge_prior(self, o: int, k: int, vote: float, spread: float, edge: float) -> tuple[float, float]:
@@ -375,6 +390,14 @@ class OrganLocalizer(BaseForest):
         hyper = dict(hyper)
         hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (4.0, 40.0)))
         return cls(**hyper)
+
+
+def visible_share(box: np.ndarray, extent: np.ndarray) -> float:
+    """Least share, over the three axes, of a box's extent (6,) mm (lo, hi per axis, in either order) that lies
+    inside the volume's extent (2, 3) mm: 1 for a box inside, 0 for one wholly beyond a face."""
+    lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
+    seen = np.clip(hi, extent[0], extent[1]) - np.clip(lo, extent[0], extent[1])
+    return float(np.min(seen / np.maximum(hi - lo, 1e-6)))
 
 
 def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
