@@ -308,16 +308,18 @@ class OrganLocalizer(BaseForest):
         wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
         box, spread = np.empty(6), np.empty(6)
         view_box, view_spread = np.empty(6), np.empty(6)  # the broader vote that judges presence
-        chosen_leaf = np.zeros(uniq.size, dtype=bool)
+        rank = np.empty(uniq.size, dtype=np.int64)  # each leaf's place in this wall's confidence order
         for k in range(6):
             order = np.argsort(wall_var[:, k], kind="stable")
+            rank[order] = np.arange(order.size)
             cumulative = np.cumsum(counts[order])
-            for n_keep, b, sd in ((keep, box, spread), (keep_presence, view_box, view_spread)):
-                last = int(np.searchsorted(cumulative, n_keep))
-                chosen_leaf[:] = False
-                chosen_leaf[order[: last + 1]] = True
-                chosen = np.flatnonzero(chosen_leaf[inverse])
-                votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
+            lasts = np.searchsorted(cumulative, (keep, keep_presence))
+            # One pass over all votes gathers the larger selection; the other is its prefix in leaf rank.
+            chosen = np.flatnonzero(rank[inverse] <= lasts.max())
+            chosen_rank = rank[inverse[chosen]]
+            wall_votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
+            for last, b, sd in zip(lasts, (box, view_box), (spread, view_spread), strict=True):
+                votes = wall_votes[chosen_rank <= last]
                 b[k] = np.median(votes)
                 sd[k] = 1.4826 * np.median(np.abs(votes - b[k]))
             if self._edge_prior[o, k]:
