@@ -59,6 +59,18 @@ class FeatureFamily(ABC):
         (rho, M) float32, candidate-major
         """
 
+    def response_matrix(self, data: Any) -> np.ndarray | None:
+        """When every response is one entry F[row, point] of a matrix of `training_data`, that matrix F.
+
+        Shape (n_rows, n_points) float32, C-contiguous. The trainer then searches splits in one fused pass instead
+        of materialising response tables. None (the default) when responses are computed.
+        """
+        return None
+
+    def response_rows(self, params: np.ndarray) -> np.ndarray:
+        """The row of `response_matrix` each parameter row reads: (n_sets, rho) int64 from (n_sets, rho, width)."""
+        raise NotImplementedError(f"{type(self).__name__} has no response matrix")
+
     @abstractmethod
     def apply(self, data: Any, forest: ForestArrays) -> np.ndarray:
         """Leaf ids reached by every point in every tree, shape (n_points, n_trees), int32."""

@@ -130,9 +130,11 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
         work = np.empty((max(q, 1), max(q, 1)))
         left = np.empty(n_stats)
         right = np.empty(n_stats)
-        for pair in range(blk, n_pairs, n_work):
-            s = pair // rho
-            c = pair % rho
+        # Contiguous, candidate-major pair ranges: consecutive pairs read adjacent stretches of one response row,
+        # which the hardware prefetcher streams (deep levels have ~100-point segments, too short to stream alone).
+        for pair in range(blk * n_pairs // n_work, (blk + 1) * n_pairs // n_work):
+            c = pair // n_nodes
+            s = pair % n_nodes
             w_node = _bin_pair(resp[c], seg_start[s], seg_end[s], thresholds[s, c], samples, wts, criterion,
                                labels, targets, n_blocks, q, cum, ccount)
             if w_node <= 0.0:

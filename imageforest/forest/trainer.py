@@ -23,6 +23,7 @@ from numba import njit, prange
 
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.objectives import GINI, Objective
+from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
     exhaustive_best,
@@ -183,6 +184,15 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
     data = family.training_data(data)
+    rows_matrix = None
+    if K is not None and not fern and settings.threshold_sampling == "range" and lifted is None:
+        rows_matrix = family.response_matrix(data)
+    if rows_matrix is not None:
+        # Labels and few targets travel with the order, so the fused search reads them sequentially.
+        pos_labels = labels[order] if labels.size else labels[:0]
+        per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
+        pos_targets = targets[order] if per_position and targets.size else targets[:0]
+        src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
 
     # Frontier: node ids are contiguous per level, and ordered by tree.
     f_start = bounds[:-1].copy()
@@ -229,74 +239,86 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             if fern:
                 breaks = np.ones(sp.size, dtype=bool)
                 breaks[1:] = node_set[1:] != node_set[:-1]
-            for a, b in _chunks(sp_counts, rho, breaks):
-                nodes = sp[a:b]
-                idx = np.arange(b - a)
-                c_counts = sp_counts[a:b]
-                seg_end = np.cumsum(c_counts)
-                seg_start = seg_end - c_counts
-                m_total = int(seg_end[-1]) if seg_end.size else 0
-                positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
-                samples = order[positions]
-                pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
-                sets = node_set[a:b]
-                node_params = cand[sets]
-                resp = family.responses(data, node_params, samples, pos_node)
-                w_pos = wts[positions]
-                # Gathering targets once per chunk turns every candidate's scan into sequential reads.
-                if targets.shape[1] <= GATHER_MAX_OUTPUTS:
-                    lab_c = labels[samples] if labels.size else labels
-                    tgt_c = targets[samples] if targets.size else targets
-                    rows = np.arange(m_total, dtype=np.int32)
-                else:
-                    lab_c, tgt_c, rows = labels, targets, samples
-                if K is not None:
-                    if settings.threshold_sampling == "data" and not fern:
-                        # Responses of K random points of the node: thresholds follow the data's density (where
-                        # a uniform draw over [min, max] would mostly land between clusters, e.g. air and tissue).
-                        pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
-                        thr = resp[np.arange(rho)[None, :, None], pick]
-                    else:
-                        lo, hi = segment_min_max(resp, seg_start, seg_end)
-                        if fern:
-                            lo, hi = _per_set_range(lo, hi, sets)
-                        thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
-                    thr.sort(axis=2)
-                    if lifted is not None:  # whole statistics rows per point, read in place
-                        table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
-                                                  lifted, n_blocks, q, n_stats, reg, msl)
-                    else:
-                        table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
-                                                  lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
-                    flat = table.reshape(b - a, -1)
-                    if fern:
-                        choice = _fern_choice(flat, node_w[nodes], sets)
-                    else:
-                        choice = _tie_broken_argmax(flat, tie_u[a:b])
-                    best_gain = flat[idx, choice]
-                    best_c, best_g = np.divmod(choice, configs.shape[0])
-                    i_bin, j_bin = configs[best_g, 0], configs[best_g, 1]
-                    t_node = thr[idx, best_c]
-                    padded = np.concatenate([np.full((b - a, 1), -np.inf, np.float32), t_node,
-                                             np.full((b - a, 1), np.inf, np.float32)], axis=1)
-                    lo_b = padded[idx, i_bin]
-                    hi_b = padded[idx, j_bin]
-                else:
-                    g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
-                                                   n_blocks, q, n_stats, reg, msl)
-                    best_c = _tie_broken_argmax(g_tab, tie_u[a:b])
-                    best_gain = g_tab[idx, best_c]
-                    lo_b = np.full(b - a, -np.inf, dtype=np.float32)
-                    hi_b = t_tab[idx, best_c]
+            if rows_matrix is not None:
+                # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
+                rows = family.response_rows(cand)
+                table, thr = row_gain_table(rows_matrix, rows, u, order, wts, f_start[sp], f_end[sp], configs,
+                                            crit, src_labels, src_targets, per_position, n_blocks, q, n_stats,
+                                            reg, msl)
+                idx = np.arange(sp.size)
+                choice = _tie_broken_argmax(table.reshape(sp.size, -1), tie_u)
+                best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
-                                        best_c.astype(np.int64), lo_b, hi_b, ok)
-                split[nodes] = ok
-                n_left[nodes] = nl
-                params[nodes] = np.where(ok[:, None], node_params[idx, best_c], 0.0)
-                thr_lo[nodes] = np.where(ok, lo_b, -np.inf)
-                thr_hi[nodes] = np.where(ok, hi_b, np.inf)
-                gain[nodes] = np.where(ok, best_gain, 0.0)
+                nl = partition_by_row(order, wts, pos_labels, pos_targets, f_start[sp], f_end[sp], rows_matrix,
+                                      rows[idx, best_c], lo_b, hi_b, ok)
+                split[sp] = ok
+                n_left[sp] = nl
+                params[sp] = np.where(ok[:, None], cand[idx, best_c], 0.0)
+                thr_lo[sp] = np.where(ok, lo_b, -np.inf)
+                thr_hi[sp] = np.where(ok, hi_b, np.inf)
+                gain[sp] = np.where(ok, best_gain, 0.0)
+            else:
+                for a, b in _chunks(sp_counts, rho, breaks):
+                    nodes = sp[a:b]
+                    idx = np.arange(b - a)
+                    c_counts = sp_counts[a:b]
+                    seg_end = np.cumsum(c_counts)
+                    seg_start = seg_end - c_counts
+                    m_total = int(seg_end[-1]) if seg_end.size else 0
+                    positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
+                    samples = order[positions]
+                    pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
+                    sets = node_set[a:b]
+                    node_params = cand[sets]
+                    resp = family.responses(data, node_params, samples, pos_node)
+                    w_pos = wts[positions]
+                    # Gathering targets once per chunk turns every candidate's scan into sequential reads.
+                    if targets.shape[1] <= GATHER_MAX_OUTPUTS:
+                        lab_c = labels[samples] if labels.size else labels
+                        tgt_c = targets[samples] if targets.size else targets
+                        rows = np.arange(m_total, dtype=np.int32)
+                    else:
+                        lab_c, tgt_c, rows = labels, targets, samples
+                    if K is not None:
+                        if settings.threshold_sampling == "data" and not fern:
+                            # Responses of K random points of the node: thresholds follow the data's density (where
+                            # a uniform draw over [min, max] would mostly land between clusters, e.g. air and tissue).
+                            pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
+                            thr = resp[np.arange(rho)[None, :, None], pick]
+                        else:
+                            lo, hi = segment_min_max(resp, seg_start, seg_end)
+                            if fern:
+                                lo, hi = _per_set_range(lo, hi, sets)
+                            thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
+                        thr.sort(axis=2)
+                        if lifted is not None:  # whole statistics rows per point, read in place
+                            table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
+                                                      lifted, n_blocks, q, n_stats, reg, msl)
+                        else:
+                            table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
+                                                      lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
+                        flat = table.reshape(b - a, -1)
+                        if fern:
+                            choice = _fern_choice(flat, node_w[nodes], sets)
+                        else:
+                            choice = _tie_broken_argmax(flat, tie_u[a:b])
+                        best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
+                    else:
+                        g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
+                                                       n_blocks, q, n_stats, reg, msl)
+                        best_c = _tie_broken_argmax(g_tab, tie_u[a:b])
+                        best_gain = g_tab[idx, best_c]
+                        lo_b = np.full(b - a, -np.inf, dtype=np.float32)
+                        hi_b = t_tab[idx, best_c]
+                    ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
+                    nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
+                                            best_c.astype(np.int64), lo_b, hi_b, ok)
+                    split[nodes] = ok
+                    n_left[nodes] = nl
+                    params[nodes] = np.where(ok[:, None], node_params[idx, best_c], 0.0)
+                    thr_lo[nodes] = np.where(ok, lo_b, -np.inf)
+                    thr_hi[nodes] = np.where(ok, hi_b, np.inf)
+                    gain[nodes] = np.where(ok, best_gain, 0.0)
 
         # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
         child = np.empty(n_front, dtype=np.int32)
@@ -384,6 +406,21 @@ def _tie_broken_argmax(table: np.ndarray, u: np.ndarray) -> np.ndarray:
     n_tied = tied.sum(axis=1)
     k = np.minimum((u * n_tied).astype(np.int64), np.maximum(n_tied - 1, 0))
     return np.argmax(np.cumsum(tied, axis=1) > k[:, None], axis=1)
+
+
+def _best_configuration(table: np.ndarray, thr: np.ndarray, choice: np.ndarray,
+                        configs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Gain, candidate and the (lo, hi] band of each node's chosen (candidate, configuration).
+
+    table : (n, rho, B) gains; thr : (n, rho, K) sorted thresholds; choice : (n,) flat index into rho x B.
+    """
+    n = table.shape[0]
+    idx = np.arange(n)
+    best_gain = table.reshape(n, -1)[idx, choice]
+    best_c, best_g = np.divmod(choice, configs.shape[0])
+    padded = np.concatenate([np.full((n, 1), -np.inf, np.float32), thr[idx, best_c],
+                             np.full((n, 1), np.inf, np.float32)], axis=1)
+    return best_gain, best_c, padded[idx, configs[best_g, 0]], padded[idx, configs[best_g, 1]]
 
 
 def _per_set_range(lo: np.ndarray, hi: np.ndarray, sets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

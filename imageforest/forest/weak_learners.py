@@ -55,15 +55,40 @@ def _responses_kernel(kind, X, mean, inv_std, params, samples, pos_set):  # prag
 
 @njit(cache=True, parallel=True)
 def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - numba
-    """Axis learners are a plain gather from the feature-major copy: out[c, m] = XT[dims[set, c], samples[m]]."""
+    """Axis learners are a plain gather from the feature-major copy: out[c, m] = XT[dims[set, c], samples[m]].
+
+    When each set's positions are contiguous (as the trainer lays them out), (set, candidate) pairs are visited
+    grouped by feature: a thread then reads one feature row at a time, which stays in L2, instead of hopping across
+    rho rows for every point (deep levels scatter a chunk's points over the whole row).
+    """
     m_total = samples.shape[0]
-    rho = dims.shape[1]
+    n_sets, rho = dims.shape
     out = np.empty((rho, m_total), dtype=np.float32)
-    for m in prange(m_total):
-        i = samples[m]
-        s = pos_set[m]
-        for c in range(rho):
-            out[c, m] = XT[dims[s, c], i]
+    contiguous = True
+    for m in range(1, m_total):
+        if pos_set[m] < pos_set[m - 1]:
+            contiguous = False
+            break
+    if not contiguous:
+        for m in prange(m_total):
+            i = samples[m]
+            s = pos_set[m]
+            for c in range(rho):
+                out[c, m] = XT[dims[s, c], i]
+        return out
+    start = np.zeros(n_sets + 1, dtype=np.int64)
+    for m in range(m_total):
+        start[pos_set[m] + 1] += 1
+    for s in range(n_sets):
+        start[s + 1] += start[s]
+    by_feature = np.argsort(dims.ravel(), kind="mergesort")
+    for p in prange(by_feature.shape[0]):
+        pair = by_feature[p]
+        s = pair // rho
+        c = pair % rho
+        row = XT[dims[s, c]]
+        for m in range(start[s], start[s + 1]):
+            out[c, m] = row[samples[m]]
     return out
 
 
@@ -177,6 +202,12 @@ class VectorFeatures(FeatureFamily):
         if self.code == AXIS:
             return _axis_responses_kernel(data, params[:, :, 0].astype(np.int64), samples, pos_set)
         return _responses_kernel(self.code, data, self.mean, self.inv_std, params, samples, pos_set)
+
+    def response_matrix(self, data: np.ndarray) -> np.ndarray | None:
+        return data if self.code == AXIS else None
+
+    def response_rows(self, params: np.ndarray) -> np.ndarray:
+        return params[..., 0].astype(np.int64)
 
     def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
         table, roots = forest.packed()

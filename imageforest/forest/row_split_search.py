@@ -1,0 +1,185 @@
+"""Fused split search for families whose responses are rows of one matrix (axis-aligned weak learners).
+
+When a candidate's response is just ``F[row, point]`` (the feature-major training matrix), materialising a
+(rho, M) response table per chunk costs more memory traffic than the search itself on this kind of machine. Here
+each (node, candidate) pair instead reads its node's points straight from the trainer's global order: one pass
+gathers the feature into a small scratch buffer (min and max on the way), the K thresholds are drawn from the same
+uniforms the generic path uses, and `_bin_pair` / `_score_configs` score it while the buffer is still in cache. The
+winning candidate's row is read once more by `partition_by_row`.
+
+Pairs are visited grouped by matrix row, so a thread gathers from one row (n_points floats, L2-sized for a few
+hundred thousand points) for a long stretch; at deep levels a node's points are scattered over the whole row and
+hopping between rows would miss cache on nearly every read. For the same reason labels and small targets travel
+with the order (`pos_labels`, `pos_targets`, moved by the partition) instead of being read through it.
+
+The results equal the generic path's bit for bit (same thresholds, same gains, same partition), so a seed still
+fixes the model bytes; tests compare the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from imageforest.forest.split_search import N_WORK_BLOCKS, _bin_pair, _score_configs
+
+
+@njit(cache=True)
+def _pairs_by_row(rows):  # pragma: no cover - numba
+    """Flat pair indices (s * rho + c) ordered by the row they read (counting sort, stable)."""
+    flat = rows.ravel()
+    n_rows = 1
+    for p in range(flat.shape[0]):
+        n_rows = max(n_rows, flat[p] + 1)
+    start = np.zeros(n_rows + 1, dtype=np.int64)
+    for p in range(flat.shape[0]):
+        start[flat[p] + 1] += 1
+    for d in range(n_rows):
+        start[d + 1] += start[d]
+    perm = np.empty(flat.shape[0], dtype=np.int64)
+    for p in range(flat.shape[0]):
+        perm[start[flat[p]]] = p
+        start[flat[p]] += 1
+    return perm
+
+
+@njit(cache=True, parallel=True)
+def row_gain_table(F, rows, u, order, wts, f_start, f_end, configs, criterion, labels, targets, per_position,
+                   n_blocks, q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
+    """Gain of every (node, candidate, configuration) and the candidates' sorted thresholds.
+
+    Parameters
+    ----------
+    F : (n_rows, n_points) float32, feature-major training matrix
+    rows : (n_nodes, rho) int64, the row of F each candidate reads
+    u : (n_nodes, rho, K) float64 uniforms; thresholds are lo + u (hi - lo) over the node's response range
+    order, wts : the trainer's global point order (int32) and weights (float64)
+    f_start, f_end : (n_nodes,) int64, node s owns order[f_start[s]:f_end[s]]
+    configs : (B, 2) int64 from `partition_configs`
+    labels, targets : per position (aligned with `order`) when `per_position`, else per point
+
+    Returns
+    -------
+    gain : (n_nodes, rho, B) float64, -inf where a child is too small
+    thresholds : (n_nodes, rho, K) float32, ascending
+    """
+    n_nodes, rho, k = u.shape
+    n_cfg = configs.shape[0]
+    out = np.full((n_nodes, rho, n_cfg), -np.inf)
+    thresholds = np.empty((n_nodes, rho, k), dtype=np.float32)
+    n_pairs = n_nodes * rho
+    perm = _pairs_by_row(rows)
+    longest = 1
+    for s in range(n_nodes):
+        longest = max(longest, f_end[s] - f_start[s])
+    ident = np.arange(longest if per_position else 0, dtype=np.int32)
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    for blk in prange(n_work):
+        p0 = blk * n_pairs // n_work
+        p1 = (blk + 1) * n_pairs // n_work
+        size = 1
+        for pp in range(p0, p1):
+            s = perm[pp] // rho
+            size = max(size, f_end[s] - f_start[s])
+        vals = np.empty(size, dtype=np.float32)
+        cum = np.empty((k + 2, n_stats))
+        ccount = np.empty(k + 2, dtype=np.int64)
+        work = np.empty((max(q, 1), max(q, 1)))
+        left = np.empty(n_stats)
+        right = np.empty(n_stats)
+        thr = np.empty(k, dtype=np.float32)
+        for pp in range(p0, p1):
+            pair = perm[pp]
+            s = pair // rho
+            c = pair % rho
+            a = f_start[s]
+            n = f_end[s] - a
+            row = F[rows[s, c]]
+            lo = np.float32(np.inf)
+            hi = np.float32(-np.inf)
+            for m in range(n):
+                v = row[order[a + m]]
+                vals[m] = v
+                lo = min(lo, v)
+                hi = max(hi, v)
+            # As numpy evaluates lo + u * (hi - lo) on float32 lo, hi and float64 u, then casts to float32.
+            span = np.float64(np.float32(hi - lo))
+            for j in range(k):
+                thr[j] = np.float32(np.float64(lo) + u[s, c, j] * span)
+            thr.sort()
+            thresholds[s, c] = thr
+            if per_position:
+                w_node = _bin_pair(vals, 0, n, thr, ident, wts[a:a + n], criterion, labels[a:a + n],
+                                   targets[a:a + n], n_blocks, q, cum, ccount)
+            else:
+                w_node = _bin_pair(vals, 0, n, thr, order[a:a + n], wts[a:a + n], criterion, labels, targets,
+                                   n_blocks, q, cum, ccount)
+            if w_node <= 0.0:
+                continue
+            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left,
+                           right, out[s, c])
+    return out, thresholds
+
+
+@njit(cache=True, parallel=True)
+def partition_by_row(order, wts, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,
+                     split):  # pragma: no cover - numba
+    """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
+
+    `order` and `wts` move, and so do `pos_labels` / `pos_targets` when they are non-empty (per-position copies).
+    Returns the number of left points per node.
+    """
+    n_nodes = f_start.shape[0]
+    n_left = np.zeros(n_nodes, dtype=np.int64)
+    move_labels = pos_labels.shape[0] > 0
+    move_targets = pos_targets.shape[0] > 0
+    nodes = _pairs_by_row(row.reshape(-1, 1))
+    n_work = min(n_nodes, N_WORK_BLOCKS)
+    for blk in prange(n_work):
+        s0 = blk * n_nodes // n_work
+        s1 = (blk + 1) * n_nodes // n_work
+        size = 1
+        for i in range(s0, s1):
+            size = max(size, f_end[nodes[i]] - f_start[nodes[i]])
+        go = np.empty(size, dtype=np.bool_)
+        tmp_o = np.empty(size, dtype=order.dtype)
+        tmp_w = np.empty(size, dtype=wts.dtype)
+        tmp_l = np.empty(size if move_labels else 0, dtype=pos_labels.dtype)
+        tmp_t = np.empty((size if move_targets else 0, pos_targets.shape[1]), dtype=pos_targets.dtype)
+        for i in range(s0, s1):
+            s = nodes[i]
+            if not split[s]:
+                continue
+            g0 = f_start[s]
+            n = f_end[s] - g0
+            feat = F[row[s]]
+            lo = thr_lo[s]
+            hi = thr_hi[s]
+            nl = 0
+            for m in range(n):
+                v = feat[order[g0 + m]]
+                go[m] = v > lo and v <= hi
+                nl += go[m]
+            left = 0
+            right = nl
+            for m in range(n):
+                d = left if go[m] else right
+                tmp_o[d] = order[g0 + m]
+                tmp_w[d] = wts[g0 + m]
+                if move_labels:
+                    tmp_l[d] = pos_labels[g0 + m]
+                if move_targets:
+                    tmp_t[d] = pos_targets[g0 + m]
+                if go[m]:
+                    left += 1
+                else:
+                    right += 1
+            for m in range(n):
+                order[g0 + m] = tmp_o[m]
+                wts[g0 + m] = tmp_w[m]
+                if move_labels:
+                    pos_labels[g0 + m] = tmp_l[m]
+                if move_targets:
+                    pos_targets[g0 + m] = tmp_t[m]
+            n_left[s] = nl
+    return n_left

@@ -1,0 +1,42 @@
+"""The fused split search for axis-aligned learners must grow exactly the trees of the generic path."""
+
+import numpy as np
+import pytest
+
+from imageforest import ClassificationForest, RegressionForest
+from imageforest.forest import trainer
+from imageforest.forest.weak_learners import VectorFeatures
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((1500, 12)).astype(np.float32)
+Y_CLASS = (X[:, 0] + 0.5 * X[:, 3] ** 2 + 0.3 * RNG.standard_normal(1500) > 0.4).astype(int) + (X[:, 5] > 1)
+Y_REG = np.stack([np.sin(X[:, 0]) + X[:, 1], X[:, 2] * X[:, 3]], axis=1)
+
+CASES = [
+    (ClassificationForest, Y_CLASS, dict(n_thresholds=1, n_candidates="sqrt")),
+    (ClassificationForest, Y_CLASS, dict(n_thresholds=8, n_candidates=4, min_samples_leaf=5, criterion="gini")),
+    (ClassificationForest, Y_CLASS, dict(n_thresholds=4, n_candidates=3, bootstrap=True, max_depth=6)),
+    (RegressionForest, Y_REG[:, 0], dict(n_thresholds=1, n_candidates=1.0, criterion="squared_error",
+                                         leaf_model="constant")),
+    (RegressionForest, Y_REG, dict(n_thresholds=5, n_candidates=4)),
+]
+
+
+@pytest.mark.parametrize("cls, y, settings", CASES)
+def test_fused_path_grows_the_generic_paths_trees(cls, y, settings, monkeypatch):
+    weights = RNG.random(X.shape[0]) + 0.5
+    calls = []
+    search = trainer.row_gain_table
+    monkeypatch.setattr(trainer, "row_gain_table", lambda *a: calls.append(1) or search(*a))
+    fused = cls(n_trees=4, random_state=7, **settings).fit(X, y, sample_weight=weights)
+    assert calls, "the axis family should take the fused path"
+    monkeypatch.setattr(VectorFeatures, "response_matrix", lambda self, data: None)
+    generic = cls(n_trees=4, random_state=7, **settings).fit(X, y, sample_weight=weights)
+    a, b = fused.forest_, generic.forest_
+    assert np.array_equal(a.params, b.params)
+    assert np.array_equal(a.thr_lo, b.thr_lo) and np.array_equal(a.thr_hi, b.thr_hi)
+    assert np.array_equal(a.child, b.child)
+    assert np.allclose(a.gain, b.gain, rtol=1e-6)
+    out_a = fused.predict_proba(X) if cls is ClassificationForest else fused.predict(X)
+    out_b = generic.predict_proba(X) if cls is ClassificationForest else generic.predict(X)
+    assert np.array_equal(out_a, out_b)
