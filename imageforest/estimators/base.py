@@ -145,6 +145,7 @@ class BaseForest:
         rng = np.random.default_rng(self.random_state)
         with numba_threads(self.n_jobs):
             grown = grow_forest(family, data, n_points, objective, sample_weight, settings, rng)
+            family.prepare_apply(grown.forest)
         self.family_ = family
         self.forest_ = grown.forest
         self.n_features_in_ = family.n_features
@@ -263,6 +264,8 @@ class BaseForest:
             est.family_ = family
             est.n_features_in_ = int(meta["n_features_in"])
             est._restore_leaves(meta, arrays)
+            with numba_threads(est.n_jobs):
+                family.prepare_apply(forest)
         except ModelFormatError:
             raise
         except (KeyError, TypeError, ValueError, InvalidInputError) as exc:

@@ -71,6 +71,10 @@ class FeatureFamily(ABC):
         """The row of `response_matrix` each parameter row reads: (n_sets, rho) int64 from (n_sets, rho, width)."""
         raise NotImplementedError(f"{type(self).__name__} has no response matrix")
 
+    def prepare_apply(self, forest: ForestArrays) -> None:
+        """Build (and cache on `forest`) the traversal table `apply` reads; called once after fit and load."""
+        forest.packed()
+
     @abstractmethod
     def apply(self, data: Any, forest: ForestArrays) -> np.ndarray:
         """Leaf ids reached by every point in every tree, shape (n_points, n_trees), int32."""

@@ -16,8 +16,56 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
+from numba import njit, prange
 
 from imageforest.exceptions import ModelFormatError
+
+
+@njit(cache=True)
+def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
+    """Preorder positions by one depth-first walk per tree, trees one after another.
+
+    Children are stored after their parent (checked by `validate`), so every walk ends; the stack never holds
+    more than one pending right child per level.
+    """
+    n = child.shape[0]
+    pos = np.zeros(n, dtype=np.int64)
+    stack = np.empty(n + 1, dtype=np.int64)
+    p = 0
+    for r in tree_root:
+        top = 0
+        stack[0] = r
+        while top >= 0:
+            j = stack[top]
+            top -= 1
+            pos[j] = p
+            p += 1
+            c = child[j]
+            if c >= 0:
+                stack[top + 1] = c + 1
+                stack[top + 2] = c
+                top += 2
+    return pos
+
+
+@njit(cache=True, parallel=True)
+def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):  # pragma: no cover - numba
+    """Rows [right, dim, thr_lo bits, thr_hi bits] at preorder positions (see `ForestArrays.packed_axis`)."""
+    n = child.shape[0]
+    table = np.empty((n, 4), dtype=np.int32)
+    as_float = table.view(np.float32)
+    for j in prange(n):
+        p = pos[j]
+        c = child[j]
+        if c >= 0:
+            table[p, 0] = pos[c + 1]
+            table[p, 1] = dims[j]
+        else:
+            table[p, 0] = c
+            table[p, 1] = 0
+        as_float[p, 2] = thr_lo[j]
+        as_float[p, 3] = thr_hi[j]
+    return table
 
 
 @dataclass
@@ -96,24 +144,26 @@ class ForestArrays:
             self.__dict__["_packed"] = cached
         return cached
 
+    def packed_axis(self) -> tuple[np.ndarray, np.ndarray]:
+        """Compact traversal table for axis-aligned tests: ((n_nodes, 4) int32, (T,) int32).
+
+        Rows are ``[right, dim, thr_lo bits, thr_hi bits]`` in the depth-first layout of `packed`, where a split
+        node's left child is the next row; ``right = -leaf_id - 1`` at leaves. The thresholds are float32 bit
+        patterns (read through a float32 view), so a node is 16 bytes: a tree of ~60k nodes stays in L2 while
+        all points descend it. Derived, never saved.
+        """
+        cached = self.__dict__.get("_packed_axis")
+        if cached is None:
+            pos = self._preorder_positions()
+            table = _axis_table_kernel(self.child, pos, self.params[:, 0].astype(np.int32), self.thr_lo,
+                                       self.thr_hi)
+            cached = (table, pos[self.tree_root].astype(np.int32))
+            self.__dict__["_packed_axis"] = cached
+        return cached
+
     def _preorder_positions(self) -> np.ndarray:
-        """Depth-first (preorder) position of every node, trees one after another; vectorised per level."""
-        n = self.n_nodes
-        split = np.flatnonzero(self.child >= 0)
-        split_depth = self.depth[split]
-        size = np.ones(n, dtype=np.int64)
-        for d in range(self.max_depth, -1, -1):  # subtree sizes, bottom-up
-            nodes = split[split_depth == d]
-            size[nodes] = 1 + size[self.child[nodes]] + size[self.child[nodes] + 1]
-        pos = np.empty(n, dtype=np.int64)
-        tree_sizes = size[self.tree_root]
-        pos[self.tree_root] = np.concatenate([[0], np.cumsum(tree_sizes)[:-1]])
-        for d in range(self.max_depth + 1):  # positions, top-down: left right after its parent
-            nodes = split[split_depth == d]
-            left = self.child[nodes]
-            pos[left] = pos[nodes] + 1
-            pos[left + 1] = pos[nodes] + 1 + size[left]
-        return pos
+        """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int64."""
+        return _preorder_kernel(self.child, self.tree_root)
 
     @property
     def n_nodes(self) -> int:
