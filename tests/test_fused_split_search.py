@@ -16,6 +16,7 @@ CASES = [
     (ClassificationForest, Y_CLASS, dict(n_thresholds=1, n_candidates="sqrt")),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=8, n_candidates=4, min_samples_leaf=5, criterion="gini")),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=4, n_candidates=3, bootstrap=True, max_depth=6)),
+    (ClassificationForest, Y_CLASS, dict(n_thresholds=3, n_candidates=2, two_sided=True)),
     (RegressionForest, Y_REG[:, 0], dict(n_thresholds=1, n_candidates=1.0, criterion="squared_error",
                                          leaf_model="constant")),
     (RegressionForest, Y_REG, dict(n_thresholds=5, n_candidates=4)),
@@ -40,3 +41,17 @@ def test_fused_path_grows_the_generic_paths_trees(cls, y, settings, monkeypatch)
     out_a = fused.predict_proba(X) if cls is ClassificationForest else fused.predict(X)
     out_b = generic.predict_proba(X) if cls is ClassificationForest else generic.predict(X)
     assert np.array_equal(out_a, out_b)
+
+
+@pytest.mark.parametrize("two_sided", [False, True])
+def test_compact_axis_table_walks_like_the_generic_table(two_sided):
+    from imageforest.forest.weak_learners import _apply_kernel
+
+    forest = ClassificationForest(n_trees=6, n_thresholds=4, n_candidates=3, two_sided=two_sided,
+                                  random_state=2).fit(X, Y_CLASS)
+    fam, arrays = forest.family_, forest.forest_
+    table, roots = arrays.packed()
+    generic = _apply_kernel(fam.code, X, fam.mean, fam.inv_std, table, roots)
+    assert np.array_equal(forest.apply(X), generic)
+    if two_sided:
+        assert np.isfinite(arrays.thr_lo).any() and np.isfinite(arrays.thr_hi[np.isfinite(arrays.thr_lo)]).any()
