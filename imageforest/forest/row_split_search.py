@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from imageforest.forest.split_search import N_WORK_BLOCKS, _bin_pair, _score_configs
+from imageforest.forest.objectives import GINI, MIXED, accumulate, supervised_scale, weighted_impurity
+from imageforest.forest.split_search import N_WORK_BLOCKS
 
 
 @njit(cache=True)
@@ -41,6 +42,68 @@ def _pairs_by_row(rows):  # pragma: no cover - numba
         perm[start[flat[p]]] = p
         start[flat[p]] += 1
     return perm
+
+
+@njit(cache=True, inline="always")
+def _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q, cum,
+              ccount):  # pragma: no cover - numba
+    """`_bin_pair` for a node's gathered responses vals[:n] whose points sit at positions a.. of the order.
+
+    Indexes the full arrays instead of slicing them: at deep levels nodes hold a handful of points, and building
+    slice views per (node, candidate) cost as much as the scan.
+    """
+    k = thr.shape[0]
+    cum[:] = 0.0
+    ccount[:] = 0
+    w_node = 0.0
+    for m in range(n):
+        v = vals[m]
+        b = 0
+        for j in range(k):  # branch-free bin count, as in `_bin_pair`
+            b += thr[j] < v
+        i = a + m if per_position else order[a + m]
+        w = wts[a + m]
+        if criterion <= GINI:
+            cum[b + 1, labels[i]] += w
+        elif n_blocks == 1 and q == 1 and criterion != MIXED:
+            wy = w * targets[i, 0]
+            cum[b + 1, 0] += w
+            cum[b + 1, 1] += wy
+            cum[b + 1, 2] += wy * targets[i, 0]
+        else:
+            accumulate(cum[b + 1], i, w, criterion, labels, targets, n_blocks, q)
+        ccount[b + 1] += 1
+        w_node += w
+    for b in range(1, k + 2):
+        ccount[b] += ccount[b - 1]
+        for j in range(cum.shape[1]):
+            cum[b, j] += cum[b - 1, j]
+    return w_node
+
+
+@njit(cache=True, inline="always")
+def _score_node(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total, left,
+                right, out, s, c):  # pragma: no cover - numba
+    """`_score_configs` writing out[s, c, :], with the node's totals copied to scratch rather than viewed."""
+    k = cum.shape[0] - 2
+    n_stats = cum.shape[1]
+    n_total = ccount[k + 1]
+    for t in range(n_stats):
+        total[t] = cum[k + 1, t]
+    mix = supervised_scale(total, criterion, n_blocks, q, reg)
+    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work, mix)
+    for g in range(configs.shape[0]):
+        i = configs[g, 0]
+        j = configs[g, 1]
+        n_left = ccount[j] - ccount[i]
+        if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+            continue
+        for t in range(n_stats):
+            left[t] = cum[j, t] - cum[i, t]
+            right[t] = total[t] - left[t]
+        child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
+        child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
+        out[s, c, g] = (parent - child) / w_node
 
 
 @njit(cache=True, parallel=True)
@@ -69,10 +132,6 @@ def row_gain_table(F, rows, u, order, wts, f_start, f_end, configs, criterion, l
     thresholds = np.empty((n_nodes, rho, k), dtype=np.float32)
     n_pairs = n_nodes * rho
     perm = _pairs_by_row(rows)
-    longest = 1
-    for s in range(n_nodes):
-        longest = max(longest, f_end[s] - f_start[s])
-    ident = np.arange(longest if per_position else 0, dtype=np.int32)
     n_work = min(n_pairs, N_WORK_BLOCKS)
     for blk in prange(n_work):
         p0 = blk * n_pairs // n_work
@@ -85,6 +144,7 @@ def row_gain_table(F, rows, u, order, wts, f_start, f_end, configs, criterion, l
         cum = np.empty((k + 2, n_stats))
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
+        total = np.empty(n_stats)
         left = np.empty(n_stats)
         right = np.empty(n_stats)
         thr = np.empty(k, dtype=np.float32)
@@ -104,20 +164,21 @@ def row_gain_table(F, rows, u, order, wts, f_start, f_end, configs, criterion, l
                 hi = max(hi, v)
             # As numpy evaluates lo + u * (hi - lo) on float32 lo, hi and float64 u, then casts to float32.
             span = np.float64(np.float32(hi - lo))
+            for j in range(k):  # insertion sort: K is small, and a library sort call costs more than the scan
+                t = np.float32(np.float64(lo) + u[s, c, j] * span)
+                i = j
+                while i > 0 and thr[i - 1] > t:
+                    thr[i] = thr[i - 1]
+                    i -= 1
+                thr[i] = t
             for j in range(k):
-                thr[j] = np.float32(np.float64(lo) + u[s, c, j] * span)
-            thr.sort()
-            thresholds[s, c] = thr
-            if per_position:
-                w_node = _bin_pair(vals, 0, n, thr, ident, wts[a:a + n], criterion, labels[a:a + n],
-                                   targets[a:a + n], n_blocks, q, cum, ccount)
-            else:
-                w_node = _bin_pair(vals, 0, n, thr, order[a:a + n], wts[a:a + n], criterion, labels, targets,
-                                   n_blocks, q, cum, ccount)
+                thresholds[s, c, j] = thr[j]
+            w_node = _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q,
+                               cum, ccount)
             if w_node <= 0.0:
                 continue
-            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left,
-                           right, out[s, c])
+            _score_node(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total,
+                        left, right, out, s, c)
     return out, thresholds
 
 
