@@ -18,6 +18,7 @@ from numba import njit, prange
 
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
+from imageforest.forest.row_split_search import _pairs_by_row
 from imageforest.forest.storage import ForestArrays
 
 AXIS, OBLIQUE, CONIC = 0, 1, 2
@@ -81,7 +82,7 @@ def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - nu
         start[pos_set[m] + 1] += 1
     for s in range(n_sets):
         start[s + 1] += start[s]
-    by_feature = np.argsort(dims.ravel(), kind="mergesort")
+    by_feature = _pairs_by_row(dims)
     for p in prange(by_feature.shape[0]):
         pair = by_feature[p]
         s = pair // rho
