@@ -23,9 +23,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("cls, y, settings", CASES)
-def test_fused_path_grows_the_generic_paths_trees(cls, y, settings, monkeypatch):
-    weights = RNG.random(X.shape[0]) + 0.5
+def test_fused_path_grows_the_generic_paths_trees(cls, y, settings, weighted, monkeypatch):
+    weights = RNG.random(X.shape[0]) + 0.5 if weighted else None
     calls = []
     search = trainer.row_gain_table
     monkeypatch.setattr(trainer, "row_gain_table", lambda *a: calls.append(1) or search(*a))

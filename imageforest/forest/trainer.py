@@ -189,7 +189,11 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
         # Labels and few targets travel with the order, so the fused search reads them sequentially.
-        pos_labels = labels[order] if labels.size else labels[:0]
+        # Labels as int8 when they fit and weights skipped when all are 1: deep levels re-read them for every
+        # candidate from memory, and those bytes, not arithmetic, set the speed of the scan.
+        small = labels.size and labels.min() >= np.iinfo(np.int8).min and labels.max() <= np.iinfo(np.int8).max
+        pos_labels = labels[order].astype(np.int8 if small else labels.dtype) if labels.size else labels[:0]
+        unit_weights = bool(np.all(wts == 1.0))
         per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
         pos_targets = targets[order] if per_position and targets.size else targets[:0]
         src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
@@ -242,9 +246,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             if rows_matrix is not None:
                 # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
                 rows = family.response_rows(cand)
-                table, thr = row_gain_table(rows_matrix, rows, u, order, wts, f_start[sp], f_end[sp], configs,
-                                            crit, src_labels, src_targets, per_position, n_blocks, q, n_stats,
-                                            reg, msl)
+                table, thr = row_gain_table(rows_matrix, rows, u, order, wts, unit_weights, f_start[sp], f_end[sp],
+                                            configs, crit, src_labels, src_targets, per_position, n_blocks, q,
+                                            n_stats, reg, msl)
                 idx = np.arange(sp.size)
                 choice = _tie_broken_argmax(table.reshape(sp.size, -1), tie_u)
                 best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
