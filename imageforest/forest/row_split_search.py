@@ -202,11 +202,12 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
 
 
 @njit(cache=True, parallel=True)
-def partition_by_row(order, wts, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,
+def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,
                      split):  # pragma: no cover - numba
     """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
 
-    `order` and `wts` move, and so do `pos_labels` / `pos_targets` when they are non-empty (per-position copies).
+    `order` moves, `wts` too unless they are all equal (`move_weights` False), and so do `pos_labels` /
+    `pos_targets` when they are non-empty (per-position copies).
     Returns the number of left points per node.
     """
     n_nodes = f_start.shape[0]
@@ -245,7 +246,8 @@ def partition_by_row(order, wts, pos_labels, pos_targets, f_start, f_end, F, row
             for m in range(n):
                 d = left if go[m] else right
                 tmp_o[d] = order[g0 + m]
-                tmp_w[d] = wts[g0 + m]
+                if move_weights:
+                    tmp_w[d] = wts[g0 + m]
                 if move_labels:
                     tmp_l[d] = pos_labels[g0 + m]
                 if move_targets:
@@ -256,7 +258,8 @@ def partition_by_row(order, wts, pos_labels, pos_targets, f_start, f_end, F, row
                     right += 1
             for m in range(n):
                 order[g0 + m] = tmp_o[m]
-                wts[g0 + m] = tmp_w[m]
+                if move_weights:
+                    wts[g0 + m] = tmp_w[m]
                 if move_labels:
                     pos_labels[g0 + m] = tmp_l[m]
                 if move_targets:

@@ -336,14 +336,18 @@ def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, be
 
 
 @njit(cache=True, parallel=True)
-def segment_stats(order, wts, seg_start, seg_end, criterion, labels, targets, n_blocks, q,
-                  n_stats):  # pragma: no cover - numba
-    """Statistics vector and point count of each segment of the global order: (n_seg, S), (n_seg,)."""
+def segment_stats(order, wts, seg_start, seg_end, criterion, labels, targets, n_blocks, q, n_stats,
+                  per_position=False):  # pragma: no cover - numba
+    """Statistics vector and point count of each segment of the global order: (n_seg, S), (n_seg,).
+
+    `labels`/`targets` are per point (read through `order`), or per position when `per_position`.
+    """
     n_seg = seg_start.shape[0]
     stats = np.zeros((n_seg, n_stats))
     counts = np.zeros(n_seg, dtype=np.int64)
     for s in prange(n_seg):
         for m in range(seg_start[s], seg_end[s]):
-            accumulate(stats[s], order[m], wts[m], criterion, labels, targets, n_blocks, q)
+            i = m if per_position else order[m]
+            accumulate(stats[s], i, wts[m], criterion, labels, targets, n_blocks, q)
         counts[s] = seg_end[s] - seg_start[s]
     return stats, counts
