@@ -163,7 +163,11 @@ class ForestArrays:
 
     def _preorder_positions(self) -> np.ndarray:
         """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int64."""
-        return _preorder_kernel(self.child, self.tree_root)
+        cached = self.__dict__.get("_preorder")
+        if cached is None:
+            cached = _preorder_kernel(self.child, self.tree_root)
+            self.__dict__["_preorder"] = cached
+        return cached
 
     @property
     def n_nodes(self) -> int:

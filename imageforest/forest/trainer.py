@@ -184,7 +184,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
     data = family.training_data(data)
-    rows_matrix, per_position = None, False
+    rows_matrix, per_position, unit_weights = None, False, False
     if K is not None and not fern and settings.threshold_sampling == "range" and lifted is None:
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
@@ -218,7 +218,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                                           n_stats, True)
         else:
             stats, counts = segment_stats(order, wts, f_start, f_end, crit, labels, targets, n_blocks, q, n_stats)
-        node_w = _segment_weight(wts, f_start, f_end)
+        node_w = counts.astype(np.float64) if unit_weights else _segment_weight(wts, f_start, f_end)
         pure = _node_purity(stats, counts, crit, n_blocks, q)
         can_split = ((counts >= settings.min_samples_split) & (counts >= 2 * msl) & ~pure & (node_w > 0)
                      & (depth < max_depth))
@@ -358,18 +358,19 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     forest = ForestArrays(
         params=np.ascontiguousarray(np.concatenate(per_level["params"]), dtype=np.float64),
-        thr_lo=np.concatenate(per_level["thr_lo"]).astype(np.float32),
-        thr_hi=np.concatenate(per_level["thr_hi"]).astype(np.float32),
-        child=np.concatenate(per_level["child"]).astype(np.int32),
-        depth=np.concatenate(per_level["depth"]).astype(np.int32),
-        gain=np.concatenate(per_level["gain"]).astype(np.float32),
-        weight=np.concatenate(per_level["weight"]).astype(np.float64),
+        thr_lo=np.concatenate(per_level["thr_lo"]).astype(np.float32, copy=False),
+        thr_hi=np.concatenate(per_level["thr_hi"]).astype(np.float32, copy=False),
+        child=np.concatenate(per_level["child"]).astype(np.int32, copy=False),
+        depth=np.concatenate(per_level["depth"]).astype(np.int32, copy=False),
+        gain=np.concatenate(per_level["gain"]).astype(np.float32, copy=False),
+        weight=np.concatenate(per_level["weight"]).astype(np.float64, copy=False),
         tree_root=np.arange(T, dtype=np.int32),
-        leaf_node=np.concatenate(leaf_node).astype(np.int32),
-        leaf_tree=np.concatenate(leaf_tree).astype(np.int32),
+        leaf_node=np.concatenate(leaf_node).astype(np.int32, copy=False),
+        leaf_tree=np.concatenate(leaf_tree).astype(np.int32, copy=False),
     )
-    return _leaves_in_tree_order(GrownForest(forest, order, wts, np.concatenate(leaf_start).astype(np.int64),
-                                             np.concatenate(leaf_end).astype(np.int64)))
+    leaf_start_all = np.concatenate(leaf_start).astype(np.int64, copy=False)
+    leaf_end_all = np.concatenate(leaf_end).astype(np.int64, copy=False)
+    return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_start_all, leaf_end_all))
 
 
 def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
@@ -379,14 +380,16 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     table; in tree order, reading a tree's leaf models after `apply` stays within one region of memory.
     """
     f = grown.forest
-    perm = np.argsort(f._preorder_positions()[f.leaf_node], kind="stable")
+    pos = f._preorder_positions()
+    perm = np.argsort(pos[f.leaf_node], kind="stable")
     new_id = np.empty_like(perm)
     new_id[perm] = np.arange(perm.size)
     child = f.child.copy()
     child[f.leaf_node] = -new_id - 1
-    f.child = child.astype(np.int32)
+    f.child = child.astype(np.int32, copy=False)
     f.leaf_node = f.leaf_node[perm]
     f.leaf_tree = f.leaf_tree[perm]
+    f.__dict__["_preorder"] = pos  # renumbering leaves leaves the tree shapes, hence the positions, unchanged
     return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
 
 
