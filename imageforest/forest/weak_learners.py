@@ -123,24 +123,33 @@ def _apply_kernel(kind, X, mean, inv_std, packed, tree_root):  # pragma: no cove
 def _axis_apply_kernel(X, table, tree_root):  # pragma: no cover - numba
     """Leaf id per (point, tree) for axis-aligned tests, from `ForestArrays.packed_axis` (16-byte nodes).
 
-    Trees are the outer loop, so one tree's nodes stay in cache while all points descend it. (Interleaving several
-    points or trees per thread was measured slower here: the walk is bound by cache traffic, not load latency.)
+    Trees are the outer loop, so one tree's nodes stay in cache while all points descend it. The arrays are read
+    flat with unsigned offsets: that drops the stride multiplies and negative-index checks from every step of the
+    walk (0.42 -> 0.37 s on 50k x 100 deep trees). Interleaving several points or trees per thread was measured
+    slower: the walk is bound by cache traffic and mispredicted branches, not load latency.
     """
     n = X.shape[0]
     n_trees = tree_root.shape[0]
-    thr = table.view(np.float32)
     out = np.empty((n, n_trees), dtype=np.int32)
+    flat = table.ravel()
+    thr = flat.view(np.float32)
+    xf = X.ravel()
+    width = np.uint64(X.shape[1])
+    four = np.uint64(4)
+    one = np.uint64(1)
     for t in range(n_trees):
-        root = tree_root[t]
+        root = np.uint64(tree_root[t])
         for i in prange(n):
+            base = np.uint64(i) * width
             nd = root
-            while True:
-                right = table[nd, 0]
-                if right < 0:
-                    break
-                f = X[i, table[nd, 1]]
-                nd = nd + 1 if (f > thr[nd, 2] and f <= thr[nd, 3]) else right
-            out[i, t] = -table[nd, 0] - 1
+            right = flat[nd * four]
+            while right >= 0:
+                row = nd * four
+                f = xf[base + np.uint64(flat[row + one])]
+                go = (f > thr[row + np.uint64(2)]) & (f <= thr[row + np.uint64(3)])
+                nd = nd + one if go else np.uint64(right)
+                right = flat[nd * four]
+            out[i, t] = -right - 1
     return out
 
 
