@@ -64,7 +64,7 @@ def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion
             for j in range(k):  # branch-free bin count, as in `_bin_pair`
                 b += thr[j] < v
             w = 1.0 if unit_weights else wts[a + m]
-            cum[b, labels[a + m]] += w
+            cum[b, np.uint64(labels[a + m])] += w
             ccount[b] += 1
             w_node += w
     elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
@@ -177,7 +177,7 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
             lo = np.float32(np.inf)
             hi = np.float32(-np.inf)
             for m in range(n):
-                v = row[order[a + m]]
+                v = row[np.uint64(order[a + m])]
                 vals[m] = v
                 lo = min(lo, v)
                 hi = max(hi, v)
