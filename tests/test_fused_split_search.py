@@ -56,3 +56,22 @@ def test_compact_axis_table_walks_like_the_generic_table(two_sided):
     assert np.array_equal(forest.apply(X), generic)
     if two_sided:
         assert np.isfinite(arrays.thr_lo).any() and np.isfinite(arrays.thr_hi[np.isfinite(arrays.thr_lo)]).any()
+
+
+def _structure(est):
+    f = est.forest_
+    return f.params, f.thr_lo, f.thr_hi, f.child
+
+
+def test_fused_path_grows_the_generic_trees_for_density_and_semi_supervised(monkeypatch):
+    from imageforest import DensityForest, SemiSupervisedForest
+
+    y_partial = np.where(RNG.random(X.shape[0]) < 0.05, Y_CLASS, -1)
+    fits = [lambda: DensityForest(n_trees=3, max_depth=5, random_state=4).fit(X[:, :3]),
+            lambda: SemiSupervisedForest(n_trees=3, max_depth=6, random_state=4).fit(X[:, :4], y_partial)]
+    fused = [_structure(fit()) for fit in fits]
+    monkeypatch.setattr(VectorFeatures, "response_matrix", lambda self, data: None)
+    generic = [_structure(fit()) for fit in fits]
+    for a, b in zip(fused, generic):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y)
