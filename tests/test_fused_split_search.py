@@ -72,6 +72,6 @@ def test_fused_path_grows_the_generic_trees_for_density_and_semi_supervised(monk
     fused = [_structure(fit()) for fit in fits]
     monkeypatch.setattr(VectorFeatures, "response_matrix", lambda self, data: None)
     generic = [_structure(fit()) for fit in fits]
-    for a, b in zip(fused, generic):
-        for x, y in zip(a, b):
+    for a, b in zip(fused, generic, strict=True):
+        for x, y in zip(a, b, strict=True):
             assert np.array_equal(x, y)
