@@ -238,7 +238,7 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
             hi = thr_hi[s]
             nl = 0
             for m in range(n):
-                v = feat[order[g0 + m]]
+                v = feat[np.uint64(order[g0 + m])]
                 go[m] = v > lo and v <= hi
                 nl += go[m]
             left = 0

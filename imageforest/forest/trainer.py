@@ -409,14 +409,37 @@ def _tie_broken_argmax(table: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Per row, the index of a best entry, chosen uniformly (by `u`) among entries tied for the best.
 
     Equally good splits (every threshold inside an empty gap, say) must be picked at random, not always the
-    lowest: that is what makes forest posteriors ramp linearly across a gap (seeds/000 sec. 3.4).
+    lowest: that is what makes forest posteriors ramp linearly across a gap (seeds/000 sec. 3.4). Rows without a
+    finite entry give 0.
     """
-    best = table.max(axis=1)
-    tied = table >= (best - 1e-9 * np.abs(best))[:, None]
-    tied &= np.isfinite(table)
-    n_tied = tied.sum(axis=1)
-    k = np.minimum((u * n_tied).astype(np.int64), np.maximum(n_tied - 1, 0))
-    return np.argmax(np.cumsum(tied, axis=1) > k[:, None], axis=1)
+    return _tie_broken_argmax_kernel(np.ascontiguousarray(table, dtype=np.float64), u)
+
+
+@njit(cache=True, parallel=True)
+def _tie_broken_argmax_kernel(table, u):  # pragma: no cover - numba
+    n, width = table.shape
+    out = np.zeros(n, dtype=np.int64)
+    for r in prange(n):
+        best = -np.inf
+        for j in range(width):
+            best = max(best, table[r, j])
+        floor = best - 1e-9 * abs(best)
+        n_tied = 0
+        for j in range(width):
+            v = table[r, j]
+            if v >= floor and np.isfinite(v):
+                n_tied += 1
+        if n_tied == 0:
+            continue
+        k = min(int(u[r] * n_tied), n_tied - 1)
+        for j in range(width):
+            v = table[r, j]
+            if v >= floor and np.isfinite(v):
+                if k == 0:
+                    out[r] = j
+                    break
+                k -= 1
+    return out
 
 
 def _best_configuration(table: np.ndarray, thr: np.ndarray, choice: np.ndarray,
