@@ -75,3 +75,21 @@ def test_fused_path_grows_the_generic_trees_for_density_and_semi_supervised(monk
     for a, b in zip(fused, generic, strict=True):
         for x, y in zip(a, b, strict=True):
             assert np.array_equal(x, y)
+
+
+def test_tie_broken_argmax_picks_uniformly_among_ties():
+    from imageforest.forest.trainer import _tie_broken_argmax
+
+    rng = np.random.default_rng(0)
+    table = np.round(rng.random((4000, 6)) * 2) / 2
+    table[rng.random(table.shape) < 0.2] = -np.inf
+    table[::40] = -np.inf
+    u = rng.random(4000)
+    best = table.max(axis=1)
+    tied = (table >= (best - 1e-9 * np.abs(best))[:, None]) & np.isfinite(table)
+    n_tied = tied.sum(axis=1)
+    k = np.minimum((u * n_tied).astype(np.int64), np.maximum(n_tied - 1, 0))
+    expected = np.argmax(np.cumsum(tied, axis=1) > k[:, None], axis=1)
+    assert np.array_equal(_tie_broken_argmax(table, u), expected)
+    picks = _tie_broken_argmax(np.zeros((6000, 3)), rng.random(6000))
+    assert np.all(np.abs(np.bincount(picks, minlength=3) / 6000 - 1 / 3) < 0.03)
