@@ -124,7 +124,11 @@ def test_corrupted_structure_is_caught_before_traversal(tmp_path, data):
     def missing_leaves(a):
         del a["leaf.posterior"]
 
-    for i, edit in enumerate([bad_child, bad_version, bad_feature, missing_leaves]):
+    def shared_subtree(a):  # tree 1's root adopts tree 0's children: indices stay valid, the walk would not
+        a["forest.child"] = a["forest.child"].copy()
+        a["forest.child"][1] = a["forest.child"][0]
+
+    for i, edit in enumerate([bad_child, bad_version, bad_feature, missing_leaves, shared_subtree]):
         path = tmp_path / f"bad{i}.npz"
         _rewrite(good, path, edit)
         with pytest.raises(ModelFormatError):

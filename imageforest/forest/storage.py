@@ -26,7 +26,8 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
     """Preorder positions by one depth-first walk per tree, trees one after another.
 
     Children are stored after their parent (checked by `validate`), so every walk ends; the stack never holds
-    more than one pending right child per level.
+    more than one pending right child per level. Returns the positions and the number of visits, which equals
+    n_nodes only when every node is reached exactly once (a damaged file may share or orphan nodes).
     """
     n = child.shape[0]
     pos = np.zeros(n, dtype=np.int64)
@@ -38,6 +39,8 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
         while top >= 0:
             j = stack[top]
             top -= 1
+            if p >= n:  # more visits than nodes: shared subtrees
+                return pos, p + 1
             pos[j] = p
             p += 1
             c = child[j]
@@ -45,7 +48,7 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
                 stack[top + 1] = c + 1
                 stack[top + 2] = c
                 top += 2
-    return pos
+    return pos, p
 
 
 @njit(cache=True, parallel=True)
@@ -165,7 +168,9 @@ class ForestArrays:
         """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int64."""
         cached = self.__dict__.get("_preorder")
         if cached is None:
-            cached = _preorder_kernel(self.child, self.tree_root)
+            cached, visits = _preorder_kernel(self.child, self.tree_root)
+            if visits != self.n_nodes:
+                raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
             self.__dict__["_preorder"] = cached
         return cached
 
