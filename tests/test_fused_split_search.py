@@ -93,3 +93,12 @@ def test_tie_broken_argmax_picks_uniformly_among_ties():
     assert np.array_equal(_tie_broken_argmax(table, u), expected)
     picks = _tie_broken_argmax(np.zeros((6000, 3)), rng.random(6000))
     assert np.all(np.abs(np.bincount(picks, minlength=3) / 6000 - 1 / 3) < 0.03)
+
+
+def test_fused_leaf_average_equals_apply_then_average():
+    from imageforest.forest.leaf_models import tree_average
+
+    clf = ClassificationForest(n_trees=5, n_thresholds=3, random_state=1).fit(X, Y_CLASS)
+    assert np.array_equal(clf.predict_proba(X), tree_average(clf.apply(X), clf.leaf_posterior_))
+    reg = RegressionForest(n_trees=5, n_thresholds=3, leaf_model="constant", random_state=1).fit(X, Y_REG)
+    assert np.array_equal(reg.predict(X), tree_average(reg.apply(X), reg.leaf_mean_))

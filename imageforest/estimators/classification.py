@@ -132,6 +132,9 @@ class ClassificationForest(BaseForest):
     def predict_proba(self, X) -> np.ndarray:
         """Forest posterior p(c | v), shape (n_samples, n_classes), columns in the order of `classes_`."""
         X = self._checked_input(X)
+        if self.posterior == "average":
+            with numba_threads(self.n_jobs):
+                return self.family_.leaf_average(X, self.forest_, self.leaf_posterior_)
         return self._posterior_from_leaves(self._apply_checked(X))
 
     def predict(self, X) -> np.ndarray:

@@ -12,7 +12,6 @@ from imageforest.forest.leaf_models import (
     linear_components,
     linear_leaves,
     shrunk_noise,
-    tree_average,
 )
 from imageforest.forest.objectives import Objective
 from imageforest.validation import check_targets
@@ -110,7 +109,7 @@ class RegressionForest(BaseForest):
             mean = self._components(X, with_cov=False)[0].mean(axis=1)
         else:
             with numba_threads(self.n_jobs):
-                mean = tree_average(self._apply_checked(X), self.leaf_mean_)
+                mean = self.family_.leaf_average(X, self.forest_, self.leaf_mean_)
         return mean[:, 0] if self._y_1d else mean
 
     def predict_distribution(self, X) -> ForestGaussianMixture:

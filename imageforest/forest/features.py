@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from imageforest.forest.leaf_models import tree_average
 from imageforest.forest.storage import ForestArrays
 
 
@@ -74,6 +75,13 @@ class FeatureFamily(ABC):
     def prepare_apply(self, forest: ForestArrays) -> None:
         """Build (and cache on `forest`) the traversal table `apply` reads; called once after fit and load."""
         forest.packed()
+
+    def leaf_average(self, data: Any, forest: ForestArrays, leaf_table: np.ndarray) -> np.ndarray:
+        """Mean over trees of the leaf_table rows the points reach: (n_points, k) float64 from (n_leaves, k).
+
+        The default applies, then averages; a family may fuse the two.
+        """
+        return tree_average(self.apply(data, forest), leaf_table)
 
     @abstractmethod
     def apply(self, data: Any, forest: ForestArrays) -> np.ndarray:

@@ -153,6 +153,44 @@ def _axis_apply_kernel(X, table, tree_root):  # pragma: no cover - numba
     return out
 
 
+@njit(cache=True, parallel=True)
+def _axis_leaf_average_kernel(X, table, tree_root, leaf_table):  # pragma: no cover - numba
+    """Mean over trees of the leaf rows each point reaches: `_axis_apply_kernel` and `tree_average` in one pass.
+
+    Trees stay the outer loop and each point adds its leaf row in tree order, so the sums equal `tree_average`'s
+    bit for bit; the (n, T) leaf-id table is never written.
+    """
+    n = X.shape[0]
+    n_trees = tree_root.shape[0]
+    k = leaf_table.shape[1]
+    out = np.zeros((n, k))
+    flat = table.ravel()
+    thr = flat.view(np.float32)
+    xf = X.ravel()
+    width = np.uint64(X.shape[1])
+    four = np.uint64(4)
+    one = np.uint64(1)
+    for t in range(n_trees):
+        root = np.uint64(tree_root[t])
+        for i in prange(n):
+            base = np.uint64(i) * width
+            nd = root
+            right = flat[nd * four]
+            while right >= 0:
+                row = nd * four
+                f = xf[base + np.uint64(flat[row + one])]
+                go = (f > thr[row + np.uint64(2)]) & (f <= thr[row + np.uint64(3)])
+                nd = nd + one if go else np.uint64(right)
+                right = flat[nd * four]
+            leaf = np.uint64(-right - 1)
+            for c in range(k):
+                out[i, c] += leaf_table[leaf, c]
+    for i in prange(n):
+        for c in range(k):
+            out[i, c] /= n_trees
+    return out
+
+
 @njit(cache=True)
 def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - numba
     """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n)."""
@@ -249,6 +287,12 @@ class VectorFeatures(FeatureFamily):
             forest.packed_axis()
         else:
             forest.packed()
+
+    def leaf_average(self, data: np.ndarray, forest: ForestArrays, leaf_table: np.ndarray) -> np.ndarray:
+        if self.code == AXIS:
+            table, roots = forest.packed_axis()
+            return _axis_leaf_average_kernel(data, table, roots, leaf_table)
+        return super().leaf_average(data, forest, leaf_table)
 
     def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
         if self.code == AXIS:
