@@ -4,7 +4,7 @@ When a candidate's response is just ``F[row, point]`` (the feature-major trainin
 (rho, M) response table per chunk costs more memory traffic than the search itself on this kind of machine. Here
 each (node, candidate) pair instead reads its node's points straight from the trainer's global order: one pass
 gathers the feature into a small scratch buffer (min and max on the way), the K thresholds are drawn from the same
-uniforms the generic path uses, and `_bin_node` / `_score_node` score it while the buffer is still in cache. The
+uniforms the generic path uses, and `_bin_node` / `_score_configs` score it while the buffer is still in cache. The
 winning candidate's row is read once more by `partition_by_row`.
 
 Pairs are visited grouped by matrix row, so a thread gathers from one row (n_points floats, L2-sized for a few
@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from imageforest.forest.objectives import GINI, MIXED, accumulate, supervised_scale, weighted_impurity
-from imageforest.forest.split_search import N_WORK_BLOCKS
+from imageforest.forest.objectives import GINI, MIXED, accumulate
+from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
 
 
 @njit(cache=True)
@@ -99,31 +99,6 @@ def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion
     return w_node
 
 
-@njit(cache=True, inline="always")
-def _score_node(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total, left,
-                right, out, s, c):  # pragma: no cover - numba
-    """`_score_configs` writing out[s, c, :], with the node's totals copied to scratch rather than viewed."""
-    k = cum.shape[0] - 2
-    n_stats = cum.shape[1]
-    n_total = ccount[k + 1]
-    for t in range(n_stats):
-        total[t] = cum[k + 1, t]
-    mix = supervised_scale(total, criterion, n_blocks, q, reg)
-    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work, mix)
-    for g in range(configs.shape[0]):
-        i = configs[g, 0]
-        j = configs[g, 1]
-        n_left = ccount[j] - ccount[i]
-        if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
-            continue
-        for t in range(n_stats):
-            left[t] = cum[j, t] - cum[i, t]
-            right[t] = total[t] - left[t]
-        child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
-        child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
-        out[s, c, g] = (parent - child) / w_node
-
-
 @njit(cache=True, parallel=True)
 def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
                    per_position, n_blocks, q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
@@ -196,8 +171,8 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
                                n_blocks, q, cum, ccount)
             if w_node <= 0.0:
                 continue
-            _score_node(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total,
-                        left, right, out, s, c)
+            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
+                           total, left, right, out, s, c)
     return out, thresholds
 
 

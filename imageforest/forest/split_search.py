@@ -128,6 +128,7 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
         cum = np.empty((k + 2, n_stats))
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
+        total = np.empty(n_stats)
         left = np.empty(n_stats)
         right = np.empty(n_stats)
         # Contiguous, candidate-major pair ranges: consecutive pairs read adjacent stretches of one response row,
@@ -139,21 +140,25 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                                labels, targets, n_blocks, q, cum, ccount)
             if w_node <= 0.0:
                 continue
-            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left,
-                           right, out[s, c])
+            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total,
+                           left, right, out, s, c)
     return out
 
 
-@njit(cache=True)
-def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, left, right,
-                   out_row):  # pragma: no cover - numba
-    """Gain of every configuration of one (node, candidate) from its prefix-summed bins (`_bin_pair`'s layout:
-    bins [i, j) hold cum[j] - cum[i], the last row is the node); -inf stays where a child would be too small."""
+@njit(cache=True, inline="always")
+def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total, left,
+                   right, out, s, c):  # pragma: no cover - numba
+    """Gain of every configuration of one (node s, candidate c) into out[s, c, :], from its prefix-summed bins
+    (`_bin_pair`'s layout: bins [i, j) hold cum[j] - cum[i], the last row is the node); -inf stays where a child
+    would be too small. The node's totals are copied to the `total` scratch rather than viewed, and the function
+    is inlined: at deep levels a (node, candidate) holds a handful of points and per-call views cost as much."""
     k = cum.shape[0] - 2
     n_stats = cum.shape[1]
     n_total = ccount[k + 1]
-    mix = supervised_scale(cum[k + 1], criterion, n_blocks, q, reg)
-    parent = weighted_impurity(cum[k + 1], criterion, n_blocks, q, reg, work, mix)
+    for t in range(n_stats):
+        total[t] = cum[k + 1, t]
+    mix = supervised_scale(total, criterion, n_blocks, q, reg)
+    parent = weighted_impurity(total, criterion, n_blocks, q, reg, work, mix)
     for g in range(configs.shape[0]):
         i = configs[g, 0]
         j = configs[g, 1]
@@ -162,10 +167,10 @@ def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, mi
             continue
         for t in range(n_stats):
             left[t] = cum[j, t] - cum[i, t]
-            right[t] = cum[k + 1, t] - left[t]
+            right[t] = total[t] - left[t]
         child = weighted_impurity(left, criterion, n_blocks, q, reg, work, mix)
         child += weighted_impurity(right, criterion, n_blocks, q, reg, work, mix)
-        out_row[g] = (parent - child) / w_node
+        out[s, c, g] = (parent - child) / w_node
 
 
 @njit(cache=True, parallel=True)
@@ -185,6 +190,7 @@ def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
         cum = np.empty((rho, k + 2, n_stats))
         ccount = np.empty((rho, k + 2), dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
+        total = np.empty(n_stats)
         left = np.empty(n_stats)
         right = np.empty(n_stats)
         for s in range(blk, n_nodes, n_work):
@@ -212,7 +218,7 @@ def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                     for j in range(n_stats):
                         cum[c, b, j] += cum[c, b - 1, j]
                 _score_configs(cum[c], ccount[c], w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf,
-                               work, left, right, out[s, c])
+                               work, total, left, right, out, s, c)
     return out
 
 

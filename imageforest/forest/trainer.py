@@ -389,7 +389,7 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     f.child = child.astype(np.int32, copy=False)
     f.leaf_node = f.leaf_node[perm]
     f.leaf_tree = f.leaf_tree[perm]
-    f.__dict__["_preorder"] = pos  # renumbering leaves leaves the tree shapes, hence the positions, unchanged
+    # The positions `_preorder_positions` cached above stay valid: renumbering leaves leaves the tree shapes alone.
     return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
 
 
