@@ -1,7 +1,8 @@
 """The `imageforest` command: a thin shell over the apps (errors become one line and a non-zero exit).
 
     imageforest localize SCAN [SCAN ...] [--model PATH] [--organs NAME,...] [-o OUT] [--overlay PNG] [--mask NIFTI]
-    imageforest train-localizer DATA_DIR -o MODEL.npz [--organs NAME,...] [--trees T] [--depth D] ...
+    imageforest train-localizer DATA_DIR -o MODEL.npz [--organs NAME,...] [--trees T] [--depth D]
+        [--refine-spacing MM] ...
 """
 
 from __future__ import annotations
@@ -136,10 +137,12 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
 @click.option("--depth", type=int, default=12, show_default=True, help="Maximum depth D.")
 @click.option("--spacing", type=float, default=4.0, show_default=True, help="Working spacing (mm).")
 @click.option("--points-per-scan", type=int, default=800, show_default=True, help="Voxels sampled per scan.")
+@click.option("--refine-spacing", type=float, default=2.0, show_default=True,
+              help="Fine grid (mm) of the second, organ-centred stage; 0 trains the first stage only.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its model card.")
 def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, depth: int, spacing: float,
-                    points_per_scan: int, seed: int, name: str) -> None:
+                    points_per_scan: int, refine_spacing: float, seed: int, name: str) -> None:
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout)."""
     _check_destination(out, [], False, "--out")
@@ -147,7 +150,8 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
         from apps.localize.training import train_from_folder
 
         model = train_from_folder(data_dir, _split_names(organs), n_trees=trees, max_depth=depth,
-                                  spacing_mm=spacing, points_per_scan=points_per_scan, random_state=seed,
+                                  spacing_mm=spacing, points_per_scan=points_per_scan,
+                                  refine_spacing_mm=refine_spacing, random_state=seed,
                                   name=name, progress=lambda msg: click.echo(msg, err=True))
         model.save(out)
     except (ImageForestError, OSError) as exc:

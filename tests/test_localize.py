@@ -185,3 +185,76 @@ def test_min_visible_calls_a_box_voted_beyond_the_scan_absent(small_model, phant
     assert all(b >= a for a, b in zip(strict, loose, strict=True))
     model.min_visible = 1.0
     assert not model.localize(low).organs[ORGANS.index("Brainstem")].present
+
+
+def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
+    """The organ-centred stage was trained on boxes moved by a first-stage-sized error: given the unseen
+    phantom's true boxes moved by 8 mm per wall, it must bring them back to within a few millimetres."""
+    from apps.localize.refine import FineSource
+    from imageforest.imaging.features import ImageStack
+
+    ct, lab = phantoms[6]
+    truth = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
+    source = FineSource.from_scan(ct, small_model.refine_spacing_mm)
+    rng = np.random.default_rng(5)
+    before, after = [], []
+    for o, refiner in enumerate(small_model.refiners_):
+        assert refiner is not None
+        moved = truth[o] + rng.choice([-8.0, 8.0], 6)
+        region = source.region(moved, small_model.refine_margin_mm + small_model.refine_reach_mm)
+        walls, spread = refiner.walls(region, ImageStack.from_images([region], integral=True), moved,
+                                      small_model.refine_margin_mm, 2000, 0.05)
+        assert np.all(np.isfinite(spread)) and np.all(spread >= 0)
+        before.append(np.abs(moved - truth[o]).mean())
+        after.append(np.abs(walls - truth[o]).mean())
+    assert np.mean(after) < 4.0 and np.mean(after) < 0.5 * np.mean(before), (before, after)
+
+
+def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms, tmp_path: Path):
+    from imageforest.forest.serialization import load_model, save_model
+
+    ct, _ = phantoms[6]
+    small_model.save(tmp_path / "m.npz")
+    meta, arrays = load_model(tmp_path / "m.npz")
+    assert len(meta["refiners"]) == 7 and "refine.0.leaf.mean" in arrays
+    # A file without the second stage (written before it existed, or trained with refine_spacing_mm=0) loads
+    # and answers from the first stage alone.
+    first_only = {k: v for k, v in arrays.items() if not k.startswith("refine.")}
+    save_model(tmp_path / "first.npz", {**meta, "refiners": []}, first_only)
+    first = OrganLocalizer.load(tmp_path / "first.npz")
+    assert first.refiners_ == [None] * 7
+    stage1 = copy.copy(small_model)
+    stage1.refiners_ = [None] * 7
+    for a, b in zip(first.localize(ct).organs, stage1.localize(ct).organs, strict=True):
+        np.testing.assert_array_equal(a.box_mm, b.box_mm)
+    # Damaged second-stage arrays are refused.
+    arrays["refine.2.leaf.var"] = arrays["refine.2.leaf.var"][:-1]
+    save_model(tmp_path / "bad.npz", meta, arrays)
+    with pytest.raises(ModelFormatError, match=r"refine\.2\.leaf\.var"):
+        OrganLocalizer.load(tmp_path / "bad.npz")
+    save_model(tmp_path / "bad2.npz", {**meta, "refiners": meta["refiners"][:3]}, first_only)
+    with pytest.raises(ModelFormatError, match="3 second-stage forests for 7 organs"):
+        OrganLocalizer.load(tmp_path / "bad2.npz")
+    with pytest.raises(InvalidInputError):
+        OrganLocalizer(list(ORGANS), **{**SMALL, "refine_spacing_mm": 0.1}).fit([ct], [np.zeros((7, 6))])
+
+
+def test_second_stage_off_answers_from_the_first(phantoms):
+    scans = [c for c, _ in phantoms[:2]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:2]]
+    model = OrganLocalizer(list(ORGANS), **{**SMALL, "n_trees": 2, "max_depth": 6, "refine_spacing_mm": 0})
+    model.fit(scans, truths)
+    assert model.refiners_ == [None] * 7
+    result = model.localize(phantoms[6][0])
+    assert any(o.present for o in result.organs)
+
+
+def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):
+    from imageforest.forest.serialization import load_model
+
+    scans = [c for c, _ in phantoms[:2]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:2]]
+    OrganLocalizer(list(ORGANS), **{**SMALL, "n_trees": 2, "max_depth": 6, "refine_spacing_mm": 0}).fit(
+        scans, truths).save(tmp_path / "m.npz")
+    meta, arrays = load_model(tmp_path / "m.npz")
+    assert meta["refiners"] == [None] * 7 and not any(k.startswith("refine.") for k in arrays)

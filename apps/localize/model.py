@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apps.localize.refine import FineSource, WallRefiner, training_region
 from apps.localize.scans import (
     AIR_HU,
     OrganSlices,
@@ -34,16 +35,17 @@ from apps.localize.scans import (
     voxel_positions,
     working_image,
 )
+from apps.localize.voting import WALL_AXIS, confident_walls, group_votes
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 
-WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 TRIU = np.triu_indices(6)
 SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor around max_spread_mm
 MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
+PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
 COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (std > 250 mm) carry no position
 
 
@@ -110,6 +112,18 @@ class OrganLocalizer(BaseForest):
     min_visible : float
         Least share of that box's extent along every axis that must lie inside the scan for the organ to be
         reported present.
+    refine_spacing_mm : float
+        Fine grid of the second, organ-centred stage (`apps.localize.refine`); 0 turns the stage off.
+    refine_trees, refine_depth, refine_min_samples_leaf
+        T, D and leaf size of each organ's second-stage forest.
+    refine_margin_mm, refine_reach_mm
+        Voxels within the margin of the first-stage box vote; their features reach this far.
+    refine_jitter_mm
+        Training regions sit around the true box moved by N(0, jitter) per wall (a first-stage error).
+    refine_points, refine_votes
+        Voxels per training scan and organ; most voxels that vote per organ at test time.
+    refine_fraction, refine_passes
+        Share of the second-stage votes kept per wall; how many times the stage re-centres on its own box.
     """
 
     _task = "organ-localization"
@@ -123,7 +137,10 @@ class OrganLocalizer(BaseForest):
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
                  edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.3,
-                 random_state=None,
+                 refine_spacing_mm: float = 2.0, refine_trees: int = 4, refine_depth: int | None = 12,
+                 refine_min_samples_leaf: int = 50, refine_margin_mm: float = 10.0, refine_reach_mm: float = 30.0,
+                 refine_jitter_mm: float = 6.0, refine_points: int = 600, refine_votes: int = 2000,
+                 refine_fraction: float = 0.05, refine_passes: int = 1, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -143,6 +160,17 @@ class OrganLocalizer(BaseForest):
         self.edge_prior_share = edge_prior_share
         self.presence_fraction = presence_fraction
         self.min_visible = min_visible
+        self.refine_spacing_mm = refine_spacing_mm
+        self.refine_trees = refine_trees
+        self.refine_depth = refine_depth
+        self.refine_min_samples_leaf = refine_min_samples_leaf
+        self.refine_margin_mm = refine_margin_mm
+        self.refine_reach_mm = refine_reach_mm
+        self.refine_jitter_mm = refine_jitter_mm
+        self.refine_points = refine_points
+        self.refine_votes = refine_votes
+        self.refine_fraction = refine_fraction
+        self.refine_passes = refine_passes
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -174,6 +202,14 @@ class OrganLocalizer(BaseForest):
                 raise InvalidInputError(f"{name} must be >= 1")
         if int(self.crops_per_scan) < 0:
             raise InvalidInputError("crops_per_scan must be >= 0")
+        if not (self.refine_spacing_mm == 0 or 0.5 <= self.refine_spacing_mm <= 20):
+            raise InvalidInputError(f"refine_spacing_mm must be 0 (off) or lie in [0.5, 20] mm, "
+                                    f"got {self.refine_spacing_mm!r}")
+        if not 0 < self.refine_fraction <= 1:
+            raise InvalidInputError(f"refine_fraction must lie in (0, 1], got {self.refine_fraction!r}")
+        for name in ("refine_points", "refine_votes", "refine_passes"):
+            if int(getattr(self, name)) < 1:
+                raise InvalidInputError(f"{name} must be >= 1")
 
     def fit(self, scans: list[Image], truths: list, progress=None) -> OrganLocalizer:
         """Grow the forest on CT scans and their organ truth.
@@ -195,6 +231,8 @@ class OrganLocalizer(BaseForest):
         rng = np.random.default_rng(self.random_state)
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
+        refining = float(self.refine_spacing_mm) > 0
+        fine = [([], [], []) for _ in range(n_org)]  # per organ: regions, points, targets of the second stage
         t0 = time.perf_counter()
         for k, (scan, truth) in enumerate(zip(scans, truths, strict=True)):
             work = working_image(scan, float(self.spacing_mm))
@@ -206,6 +244,8 @@ class OrganLocalizer(BaseForest):
                 slabs.append((start, start + length))
             full = boxes_in_view(truth, work, n_org)
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
+            if refining:
+                self._refine_training(scan, full, fine, rng)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -242,9 +282,36 @@ class OrganLocalizer(BaseForest):
         self.leaf_share_, self.leaf_count_, self.leaf_mean_, self.leaf_cov_ = _organ_leaves(
             grown, Y, np.concatenate(known), n_org)
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
+        self.refiners_ = [None] * n_org
+        for o, (regions, pts_o, y_o) in enumerate(fine):
+            if regions:
+                refiner = self._refiner(int(rng.integers(2**31))).fit(regions, np.concatenate(pts_o),
+                                                                       np.concatenate(y_o))
+                self.refiners_[o] = refiner
+                say(f"second stage, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
+                    f"regions ({time.perf_counter() - t0:.0f} s)")
+            fine[o] = ([], [], [])  # free the regions as we go
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
+
+    def _refiner(self, seed: int) -> WallRefiner:
+        return WallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(self.refine_trees),
+                           max_depth=self.refine_depth, n_candidates=self.n_candidates, n_thresholds=self.n_thresholds,
+                           min_samples_leaf=int(self.refine_min_samples_leaf), reach_mm=float(self.refine_reach_mm),
+                           box_size_mm=(float(self.refine_spacing_mm), 20.0), random_state=seed, n_jobs=self.n_jobs)
+
+    def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator) -> None:
+        """Add one scan's second-stage regions (around each contoured organ's jittered box) to `fine`."""
+        source = FineSource.from_scan(scan, float(self.refine_spacing_mm))
+        for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
+            region, zyx, y = training_region(source, boxes[o], float(self.refine_jitter_mm),
+                                             float(self.refine_margin_mm), float(self.refine_reach_mm),
+                                             int(self.refine_points), rng)
+            regions, pts, targets = fine[o]
+            pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
+            targets.append(y)
+            regions.append(region)
 
     def _floor(self) -> float:
         return float(self.spacing_mm) ** 2
@@ -279,14 +346,43 @@ class OrganLocalizer(BaseForest):
         t2 = time.perf_counter()
         pos = voxel_positions(work, pts)
         extent = _extent(work)
-        # Votes are grouped by leaf: the scan's distinct leaves (a few thousand) are ranked instead of its
-        # n_points x T votes.
-        uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
-        point = np.arange(leaves.size) // leaves.shape[1]
+        uniq, inverse, counts, point = group_votes(leaves)
         edges = body_edges(mask, work)
         organs = [self._vote(o, uniq, inverse, counts, point, pos, extent, edges) for o in range(len(self.organs))]
         t3 = time.perf_counter()
-        return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2})
+        refiners = getattr(self, "refiners_", None) or []
+        todo = [o for o, r in enumerate(refiners) if r is not None and organs[o].present
+                and np.all(np.isfinite(organs[o].box_mm))]
+        if todo:
+            # One fine region covers every organ to refine (head-and-neck organs overlap): one resampling and
+            # one integral image per scan; passes after the first re-centre inside it (hence the extra margin).
+            pad = float(self.refine_margin_mm) + float(self.refine_reach_mm)
+            boxes = np.array([organs[o].box_mm for o in todo])
+            union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
+            region = FineSource.from_scan(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
+            stack = ImageStack.from_images([region], integral=True)
+            for o in todo:
+                self._refine(o, organs[o], region, stack, extent, edges)
+        t4 = time.perf_counter()
+        return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2, "refine": t4 - t3})
+
+    def _refine(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack, extent: np.ndarray,
+                edges: np.ndarray) -> None:
+        """Replace a present organ's first-stage walls with the second stage's (then the body-edge prior and
+        the scan's faces, as in `_vote`)."""
+        box, spread = estimate.box_mm, estimate.box_std_mm
+        for _ in range(int(self.refine_passes)):
+            new, new_spread = self.refiners_[o].walls(region, stack, box, float(self.refine_margin_mm),
+                                                      int(self.refine_votes), float(self.refine_fraction))
+            if not np.all(np.isfinite(new_spread)):
+                break
+            box, spread = new, new_spread
+        box, spread = box.copy(), spread.copy()
+        for k in np.flatnonzero(self._edge_prior[o]):
+            box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
+        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
+        estimate.box_mm = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
+        estimate.box_std_mm = spread
 
     def _vote(self, o: int, uniq: np.ndarray, inverse: np.ndarray, counts: np.ndarray, point: np.ndarray,
               pos: np.ndarray, extent: np.ndarray, edges: np.ndarray) -> OrganEstimate:
@@ -306,22 +402,9 @@ class OrganLocalizer(BaseForest):
         keep = max(1, round(self.vote_fraction * n_valid))
         keep_presence = max(1, round(self.presence_fraction * n_valid))
         wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
-        box, spread = np.empty(6), np.empty(6)
-        view_box, view_spread = np.empty(6), np.empty(6)  # the broader vote that judges presence
-        rank = np.empty(uniq.size, dtype=np.int64)  # each leaf's place in this wall's confidence order
+        (box, view_box), (spread, view_spread) = confident_walls(  # view_*: the broader vote that judges presence
+            wall_var, self.leaf_mean_[uniq, o], inverse, counts, point, pos, (keep, keep_presence))
         for k in range(6):
-            order = np.argsort(wall_var[:, k], kind="stable")
-            rank[order] = np.arange(order.size)
-            cumulative = np.cumsum(counts[order])
-            lasts = np.searchsorted(cumulative, (keep, keep_presence))
-            # One pass over all votes gathers the larger selection; the other is its prefix in leaf rank.
-            chosen = np.flatnonzero(rank[inverse] <= lasts.max())
-            chosen_rank = rank[inverse[chosen]]
-            wall_votes = pos[point[chosen], WALL_AXIS[k]] + self.leaf_mean_[uniq[inverse[chosen]], o, k]
-            for last, b, sd in zip(lasts, (box, view_box), (spread, view_spread), strict=True):
-                votes = wall_votes[chosen_rank <= last]
-                b[k] = np.median(votes)
-                sd[k] = 1.4826 * np.median(np.abs(votes - b[k]))
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
         # An organ's contoured voxels lie inside the scan: walls voted beyond its faces are pulled back to them.
@@ -356,12 +439,18 @@ class OrganLocalizer(BaseForest):
 
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
-        return {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
-                "leaf.cov": self.leaf_cov_, "edge.offsets": self.edge_offsets_}
+        arrays = {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
+                  "leaf.cov": self.leaf_cov_, "edge.offsets": self.edge_offsets_}
+        for o, refiner in enumerate(getattr(self, "refiners_", None) or []):
+            if refiner is not None:
+                arrays.update(refiner.to_arrays(f"refine.{o}."))
+        return arrays
 
     def _extra_metadata(self) -> dict:
+        refiners = getattr(self, "refiners_", None) or []
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
-                "training_summary": getattr(self, "training_summary_", {})}
+                "training_summary": getattr(self, "training_summary_", {}),
+                "refiners": [None if r is None else r.to_meta() for r in refiners]}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         n_leaves = self.forest_.n_leaves
@@ -385,6 +474,12 @@ class OrganLocalizer(BaseForest):
         self.leaf_cov_ = arrays["leaf.cov"]
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
+        # Files written before the second stage existed have no refiners: they load with the first stage only.
+        refiners = meta.get("refiners") or []
+        if len(refiners) not in (0, n_org):
+            raise ModelFormatError(f"the file lists {len(refiners)} second-stage forests for {n_org} organs")
+        self.refiners_ = [None if h is None else WallRefiner.from_arrays(h, arrays, f"refine.{o}.")
+                          for o, h in enumerate(refiners)] or [None] * n_org
         self._derive()
 
     @classmethod
@@ -455,7 +550,7 @@ def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
 def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     """Per leaf and organ: the share of voxels whose scan showed the organ among those whose scan's status is
     known (`known`: the organ is contoured in the full scan), the count of voxels with the organ, and the mean (6)
-    and covariance (21, packed upper triangle, float16) of their wall displacements. Leaves without any known
+    and covariance (21, packed upper triangle; both float16) of their wall displacements. Leaves without any known
     voxel get the organ's overall share."""
     n_leaves = grown.leaf_start.size
     lengths = grown.leaf_end - grown.leaf_start
@@ -466,7 +561,7 @@ def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     w = grown.wts[positions]
     share = np.zeros((n_leaves, n_org), dtype=np.float32)
     count = np.zeros((n_leaves, n_org), dtype=np.float32)
-    mean = np.zeros((n_leaves, n_org, 6), dtype=np.float32)
+    mean = np.zeros((n_leaves, n_org, 6), dtype=np.float16)  # mm; float16 steps are <= 0.25 mm below 512 mm
     cov = np.zeros((n_leaves, n_org, 21), dtype=np.float16)
     for o in range(n_org):
         y = Y[pts, 6 * o:6 * o + 6]

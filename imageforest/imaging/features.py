@@ -305,13 +305,15 @@ class BoxFeatures(FeatureFamily):
     def sample(self, rng, n_sets, n_candidates):
         shape = (n_sets, n_candidates)
         out = np.zeros((*shape, BOX_WIDTH))
-        for k in (0, 7):
+        # The second box is drawn only for differences (zeros otherwise, which model files store for free), and
+        # offsets and sizes are rounded to float32, whose values compress well in float64 node rows.
+        for k in (0, 7) if self.difference else (0,):
             out[..., k] = rng.integers(0, self.n_channels, shape)
             out[..., k + 1:k + 4] = rng.uniform(-1, 1, (*shape, 3)) * self.max_offset_mm
             out[..., k + 4:k + 7] = rng.uniform(self.box_size_mm[0], self.box_size_mm[1], (*shape, 3))
             if self.planar:
                 out[..., k + 4] = 0.0  # one slice: the size rounds up to a single voxel
-        return out
+        return out.astype(np.float32).astype(np.float64)
 
     def responses(self, data, params, samples, pos_set):
         stack, points = data

@@ -1,0 +1,224 @@
+"""The second, organ-centred stage: each organ's six walls re-voted on a fine grid around the first stage's box.
+
+The first stage sees the whole scan on a coarse grid (4 mm) and places every organ within a few millimetres to a
+centimetre. For each organ, a small regression forest of its own (`WallRefiner`) then looks only at a region
+around that box, resampled to a finer grid (2 mm): voxels within `margin_mm` of the box vote for the organ's
+walls through displaced-box features reaching `reach_mm`, and each wall is the median of the most confident votes
+(the leaves with the smallest variance of that wall's displacement), as in the first stage. Training regions are
+placed around the true box moved by a random error of the first stage's size (`jitter_mm`), so the forest learns
+to correct a box it has not seen exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import SimpleITK as sitk
+
+from apps.localize.scans import AIR_HU, HU_RANGE
+from apps.localize.voting import WALL_AXIS, confident_walls, group_votes
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.objectives import Objective
+from imageforest.forest.storage import ForestArrays
+from imageforest.imaging.features import BoxFeatures, ImageStack
+from imageforest.imaging.io import Image
+
+MIN_LEAF_VOTERS = 3  # leaves with fewer training voxels do not vote
+
+
+@dataclass
+class FineSource:
+    """A scan prepared once for any number of fine regions: float32 HU, block-averaged to about the fine
+    spacing (so that linear resampling does not alias)."""
+
+    image: sitk.Image
+    spacing_mm: float
+
+    @classmethod
+    def from_scan(cls, scan: Image, spacing_mm: float) -> FineSource:
+        src = sitk.Cast(scan.to_sitk(), sitk.sitkFloat32)
+        factors = [max(1, int(spacing_mm // s)) for s in scan.spacing]
+        if max(factors) > 1:
+            src = sitk.BinShrink(src, factors)
+        return cls(src, float(spacing_mm))
+
+    def region(self, box: np.ndarray, pad_mm: float) -> Image:
+        """The scan on an axis-aligned (LPS) grid covering `box` (6,) mm grown by `pad_mm` on every side; air
+        beyond the scan's faces (as the first stage's features see it)."""
+        s = self.spacing_mm
+        lo = np.minimum(box[0::2], box[1::2]) - pad_mm
+        hi = np.maximum(box[0::2], box[1::2]) + pad_mm
+        size = np.maximum(1, np.ceil((hi - lo) / s)).astype(int)
+        out = sitk.Resample(self.image, [int(n) for n in size], sitk.Transform(), sitk.sitkLinear,
+                            tuple(float(v) for v in lo + s / 2), (s, s, s), tuple(np.eye(3).ravel()), AIR_HU,
+                            sitk.sitkFloat32)
+        img = Image.from_sitk(out)
+        img.array = np.clip(img.array, *HU_RANGE).astype(np.float32)
+        return img
+
+
+def region_points(region: Image, box: np.ndarray, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Voxels (m, 3) as (z, y, x) of a fine region whose centres lie in `box` (6,) mm: n random ones (with
+    replacement) when `rng` is given, else all of them or, when more than n, an evenly spaced selection."""
+    s = region.spacing[0]
+    lo = np.ceil((np.minimum(box[0::2], box[1::2]) - region.origin) / s - 1e-6).astype(np.int64)
+    hi = np.floor((np.maximum(box[0::2], box[1::2]) - region.origin) / s + 1e-6).astype(np.int64)
+    size = np.array(region.size)
+    lo = np.clip(lo, 0, size - 1)
+    hi = np.clip(hi, lo, size - 1)
+    if rng is not None:
+        return np.c_[rng.integers(lo[2], hi[2] + 1, n), rng.integers(lo[1], hi[1] + 1, n),
+                     rng.integers(lo[0], hi[0] + 1, n)]
+    zz, yy, xx = np.meshgrid(*[np.arange(lo[a], hi[a] + 1) for a in (2, 1, 0)], indexing="ij")
+    pts = np.c_[zz.ravel(), yy.ravel(), xx.ravel()]
+    if len(pts) > n:
+        pts = pts[np.linspace(0, len(pts) - 1, n).round().astype(np.int64)]
+    return pts
+
+
+def region_positions(region: Image, zyx: np.ndarray) -> np.ndarray:
+    """Positions (n, 3) in mm, (x, y, z), of fine-region voxels (n, 3) given as (z, y, x)."""
+    return region.origin[None, :] + zyx[:, ::-1] * region.spacing[0]
+
+
+def grown_box(box: np.ndarray, pad_mm: float) -> np.ndarray:
+    lo = np.minimum(box[0::2], box[1::2]) - pad_mm
+    hi = np.maximum(box[0::2], box[1::2]) + pad_mm
+    return np.ravel(np.c_[lo, hi])
+
+
+class WallRefiner(BaseForest):
+    """One organ's second-stage forest: displaced-box features on a fine region, leaves hold the mean and
+    per-wall variance (a diagonal Gaussian) of the displacements from a voxel to the organ's six walls.
+
+    Parameters
+    ----------
+    spacing_mm : fine grid spacing
+    n_trees, max_depth, n_candidates, n_thresholds, min_samples_leaf, random_state, n_jobs : as for the forest
+    reach_mm : feature boxes lie up to this far from the voxel along each axis
+    box_size_mm : (min, max) edge lengths of the feature boxes
+    """
+
+    _task = "organ-wall-refinement"
+    _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
+    min_samples_split = 2
+    min_gain = 0.0
+    bootstrap = False
+    max_samples = None
+    structure = "tree"
+    two_sided = False
+
+    def __init__(self, spacing_mm: float = 2.0, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
+                 n_thresholds: int | None = 12, min_samples_leaf: int = 50, reach_mm: float = 30.0,
+                 box_size_mm=(2.0, 20.0), random_state=None, n_jobs: int | None = None) -> None:
+        self.spacing_mm = spacing_mm
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.min_samples_leaf = min_samples_leaf
+        self.reach_mm = reach_mm
+        self.box_size_mm = box_size_mm
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _features(self) -> BoxFeatures:
+        return BoxFeatures(max_offset_mm=float(self.reach_mm), box_size_mm=tuple(self.box_size_mm), fill=AIR_HU)
+
+    def fit(self, regions: list[Image], points: np.ndarray, targets: np.ndarray) -> WallRefiner:
+        """Grow on fine regions; `points` (n, 4) int (region, z, y, x); `targets` (n, 6) mm displacements from
+        each point to the true walls."""
+        if not regions or len(points) == 0:
+            raise InvalidInputError("no training region for this organ")
+        family = self._features()
+        stack = family.prepare(regions)
+        pts = np.ascontiguousarray(points, dtype=np.int32)
+        y = np.asarray(targets, dtype=np.float64)
+        floor = float(self.spacing_mm) ** 2  # one fine voxel squared per wall (see OrganLocalizer.fit)
+        objective = Objective.regression(y, "gaussian", block_size=6, variance_floor=floor)
+        grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+        n_leaves = grown.leaf_start.size
+        lengths = grown.leaf_end - grown.leaf_start
+        seg = np.repeat(np.arange(n_leaves), lengths)
+        starts = grown.leaf_start - (np.cumsum(lengths) - lengths)
+        rows = y[grown.order[np.arange(lengths.sum()) + np.repeat(starts, lengths)]]
+        count = np.bincount(seg, minlength=n_leaves).astype(np.float64)
+        safe = np.maximum(count, 1.0)[:, None]
+        mean = np.stack([np.bincount(seg, weights=rows[:, k], minlength=n_leaves) for k in range(6)], 1) / safe
+        resid = rows - mean[seg]
+        var = np.stack([np.bincount(seg, weights=resid[:, k] ** 2, minlength=n_leaves) for k in range(6)], 1) / safe
+        self.leaf_count_ = count.astype(np.float32)
+        # float16 halves the file: steps are <= 0.06 mm for displacements below 128 mm; variances beyond
+        # 65000 mm^2 (std 255 mm) would not vote anyway.
+        self.leaf_mean_ = mean.astype(np.float16)
+        self.leaf_var_ = np.minimum(var, 65000.0).astype(np.float16)
+        return self
+
+    def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
+              fraction: float) -> tuple[np.ndarray, np.ndarray]:
+        """Re-voted walls (6,) and their robust spread (6,) in mm for an organ the first stage put at `box`.
+
+        `region` (with its integral `stack`) is a fine region covering `box` grown by margin_mm + reach_mm
+        (`FineSource.region`); it may be larger, e.g. shared by all organs of a scan. Spreads are NaN when no
+        leaf votes (the box is then returned as it was).
+        """
+        self._check_fitted()
+        zyx = region_points(region, grown_box(box, margin_mm), n_points)
+        with numba_threads(self.n_jobs):
+            leaves = self.family_.apply((stack, np.c_[np.zeros(len(zyx)), zyx].astype(np.int32)), self.forest_)
+        uniq, inverse, counts, point = group_votes(leaves)
+        valid = self.leaf_count_[uniq] >= MIN_LEAF_VOTERS
+        if not valid.any():
+            return np.asarray(box, dtype=np.float64).copy(), np.full(6, np.nan)
+        wall_var = np.where(valid[:, None], self.leaf_var_[uniq].astype(np.float64) + float(self.spacing_mm) ** 2,
+                            np.inf)
+        keep = max(1, round(fraction * int(counts[valid].sum())))
+        boxes, spreads = confident_walls(wall_var, self.leaf_mean_[uniq], inverse, counts, point,
+                                         region_positions(region, zyx), (keep,))
+        return boxes[0], spreads[0]
+
+    # -- storage inside the localizer's model file -----------------------------------------------------------
+    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        return {**self.forest_.to_arrays(prefix + "forest."), prefix + "leaf.count": self.leaf_count_,
+                prefix + "leaf.mean": self.leaf_mean_, prefix + "leaf.var": self.leaf_var_}
+
+    def to_meta(self) -> dict:
+        return self._saved_hyper_parameters()
+
+    @classmethod
+    def from_arrays(cls, hyper: dict, arrays: dict[str, np.ndarray], prefix: str) -> WallRefiner:
+        """Rebuild from `to_meta` / `to_arrays`; a missing or inconsistent array raises ModelFormatError."""
+        hyper = {k: v for k, v in hyper.items() if k in cls._param_names()}
+        hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (2.0, 20.0)))
+        est = cls(**hyper)
+        forest = ForestArrays.from_arrays(arrays, prefix + "forest.")
+        family = est._features()
+        if not family.validate_params(forest.params):
+            raise ModelFormatError(f"{prefix}: a node reads a feature the model does not have")
+        n_leaves = forest.n_leaves
+        for key, shape in (("leaf.count", (n_leaves,)), ("leaf.mean", (n_leaves, 6)), ("leaf.var", (n_leaves, 6))):
+            a = arrays.get(prefix + key)
+            if a is None or a.shape != shape or a.dtype.kind != "f" or not np.all(np.isfinite(a)):
+                raise ModelFormatError(f"array {prefix}{key} is missing, has the wrong shape or is not finite")
+        est.forest_, est.family_, est.n_features_in_ = forest, family, family.n_features
+        est.leaf_count_ = arrays[prefix + "leaf.count"]
+        est.leaf_mean_ = arrays[prefix + "leaf.mean"]
+        est.leaf_var_ = arrays[prefix + "leaf.var"]
+        with numba_threads(est.n_jobs):
+            family.prepare_apply(forest)
+        return est
+
+
+def training_region(source: FineSource, truth_box: np.ndarray, jitter_mm: float, margin_mm: float,
+                    reach_mm: float, n_points: int, rng: np.random.Generator
+                    ) -> tuple[Image, np.ndarray, np.ndarray]:
+    """One scan's training data for an organ: the region around its true box moved by a random first-stage
+    error (each wall N(0, jitter_mm)), n_points random voxels of the moved box grown by margin_mm, and their
+    displacements (n_points, 6) mm to the true walls."""
+    moved = truth_box + rng.normal(0.0, jitter_mm, 6)
+    region = source.region(moved, margin_mm + reach_mm)
+    zyx = region_points(region, grown_box(moved, margin_mm), n_points, rng)
+    targets = truth_box[None, :] - region_positions(region, zyx)[:, WALL_AXIS]
+    return region, zyx, targets
