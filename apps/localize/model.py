@@ -321,6 +321,7 @@ class OrganLocalizer(BaseForest):
         diagonal plus the one-voxel floor) and whether enough voxels with the organ reached the leaf."""
         diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
         self._wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
+        self._wall_mean = self.leaf_mean_.astype(np.float64)  # stored float16; numpy computes slowly in it
         self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
         seen = ~np.isnan(self.edge_offsets_)
         at_edge = seen & (np.abs(np.nan_to_num(self.edge_offsets_, nan=np.inf)) <= 1.5 * float(self.spacing_mm))
@@ -403,7 +404,7 @@ class OrganLocalizer(BaseForest):
         keep_presence = max(1, round(self.presence_fraction * n_valid))
         wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
         (box, view_box), (spread, view_spread) = confident_walls(  # view_*: the broader vote that judges presence
-            wall_var, self.leaf_mean_[uniq, o], inverse, counts, point, pos, (keep, keep_presence))
+            wall_var, self._wall_mean[uniq, o], inverse, counts, point, pos, (keep, keep_presence))
         for k in range(6):
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])

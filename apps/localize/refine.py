@@ -30,19 +30,16 @@ MIN_LEAF_VOTERS = 3  # leaves with fewer training voxels do not vote
 
 @dataclass
 class FineSource:
-    """A scan prepared once for any number of fine regions: float32 HU, block-averaged to about the fine
-    spacing (so that linear resampling does not alias)."""
+    """A scan ready to give fine regions: each region is cut from the scan (a block aligned with the
+    block-averaging factors, so any region sees the same averaged voxels as the whole scan would), block-averaged
+    to about the fine spacing (so that linear resampling does not alias) and resampled."""
 
-    image: sitk.Image
+    scan: Image
     spacing_mm: float
 
     @classmethod
     def from_scan(cls, scan: Image, spacing_mm: float) -> FineSource:
-        src = sitk.Cast(scan.to_sitk(), sitk.sitkFloat32)
-        factors = [max(1, int(spacing_mm // s)) for s in scan.spacing]
-        if max(factors) > 1:
-            src = sitk.BinShrink(src, factors)
-        return cls(src, float(spacing_mm))
+        return cls(scan, float(spacing_mm))
 
     def region(self, box: np.ndarray, pad_mm: float) -> Image:
         """The scan on an axis-aligned (LPS) grid covering `box` (6,) mm grown by `pad_mm` on every side; air
@@ -51,11 +48,34 @@ class FineSource:
         lo = np.minimum(box[0::2], box[1::2]) - pad_mm
         hi = np.maximum(box[0::2], box[1::2]) + pad_mm
         size = np.maximum(1, np.ceil((hi - lo) / s)).astype(int)
-        out = sitk.Resample(self.image, [int(n) for n in size], sitk.Transform(), sitk.sitkLinear,
-                            tuple(float(v) for v in lo + s / 2), (s, s, s), tuple(np.eye(3).ravel()), AIR_HU,
-                            sitk.sitkFloat32)
+        out = sitk.Resample(self._averaged_block(lo, hi), [int(n) for n in size], sitk.Transform(),
+                            sitk.sitkLinear, tuple(float(v) for v in lo + s / 2), (s, s, s),
+                            tuple(np.eye(3).ravel()), AIR_HU, sitk.sitkFloat32)
         img = Image.from_sitk(out)
         img.array = np.clip(img.array, *HU_RANGE).astype(np.float32)
+        return img
+
+    def _averaged_block(self, lo: np.ndarray, hi: np.ndarray) -> sitk.Image:
+        """The part of the scan under the box lo..hi (mm, x, y, z), as float32, block-averaged."""
+        scan = self.scan
+        factors = np.array([max(1, int(self.spacing_mm // sp)) for sp in scan.spacing])  # (x, y, z)
+        corners = np.array([[a, b, c] for a in (lo[0], hi[0]) for b in (lo[1], hi[1]) for c in (lo[2], hi[2])])
+        index = scan.physical_to_index(corners)
+        size = np.array(scan.size)
+        factors = np.minimum(factors, size)
+        # Whole averaging blocks, as BinShrink of the whole scan forms them (it drops a partial last block), with
+        # one block of slack for interpolation at the faces.
+        usable = size // factors * factors
+        first = np.clip((np.floor(index.min(axis=0) / factors) - 1) * factors, 0, usable - factors).astype(np.int64)
+        last = np.clip((np.ceil((index.max(axis=0) + 1) / factors) + 1) * factors, first + factors,
+                       usable).astype(np.int64)
+        block = scan.array[first[2]:last[2], first[1]:last[1], first[0]:last[0]]
+        img = sitk.GetImageFromArray(np.ascontiguousarray(block, dtype=np.float32))
+        img.SetSpacing(tuple(float(v) for v in scan.spacing))
+        img.SetOrigin(tuple(float(v) for v in scan.index_to_physical(first[None, :].astype(np.float64))[0]))
+        img.SetDirection(tuple(float(d) for d in scan.direction.ravel()))
+        if factors.max() > 1:
+            img = sitk.BinShrink(img, [int(f) for f in factors])
         return img
 
 
@@ -154,7 +174,13 @@ class WallRefiner(BaseForest):
         # 65000 mm^2 (std 255 mm) would not vote anyway.
         self.leaf_mean_ = mean.astype(np.float16)
         self.leaf_var_ = np.minimum(var, 65000.0).astype(np.float16)
+        self._derive()
         return self
+
+    def _derive(self) -> None:
+        """What voting reads, in float64: leaf means and per-wall variances plus one fine voxel squared."""
+        self._wall_mean = self.leaf_mean_.astype(np.float64)
+        self._wall_var = self.leaf_var_.astype(np.float64) + float(self.spacing_mm) ** 2
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
               fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -172,10 +198,9 @@ class WallRefiner(BaseForest):
         valid = self.leaf_count_[uniq] >= MIN_LEAF_VOTERS
         if not valid.any():
             return np.asarray(box, dtype=np.float64).copy(), np.full(6, np.nan)
-        wall_var = np.where(valid[:, None], self.leaf_var_[uniq].astype(np.float64) + float(self.spacing_mm) ** 2,
-                            np.inf)
+        wall_var = np.where(valid[:, None], self._wall_var[uniq], np.inf)
         keep = max(1, round(fraction * int(counts[valid].sum())))
-        boxes, spreads = confident_walls(wall_var, self.leaf_mean_[uniq], inverse, counts, point,
+        boxes, spreads = confident_walls(wall_var, self._wall_mean[uniq], inverse, counts, point,
                                          region_positions(region, zyx), (keep,))
         return boxes[0], spreads[0]
 
@@ -206,6 +231,7 @@ class WallRefiner(BaseForest):
         est.leaf_count_ = arrays[prefix + "leaf.count"]
         est.leaf_mean_ = arrays[prefix + "leaf.mean"]
         est.leaf_var_ = arrays[prefix + "leaf.var"]
+        est._derive()
         with numba_threads(est.n_jobs):
             family.prepare_apply(forest)
         return est

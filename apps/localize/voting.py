@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
@@ -35,19 +36,46 @@ def confident_walls(wall_var: np.ndarray, wall_mean: np.ndarray, inverse: np.nda
     boxes, spreads : (len(keeps), 6)
         Per selection, the median wall positions (mm) and their robust spread (1.4826 MAD, mm).
     """
-    boxes = np.empty((len(keeps), 6))
-    spreads = np.empty((len(keeps), 6))
-    rank = np.empty(wall_var.shape[0], dtype=np.int64)  # each leaf's place in this wall's confidence order
+    # The votes of each leaf, contiguous (leaf after leaf): a wall's selection then reads only the votes it keeps.
+    by_leaf = np.argsort(inverse, kind="stable")
+    start = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    return _confident_walls(np.ascontiguousarray(wall_var, dtype=np.float64),
+                            np.ascontiguousarray(wall_mean, dtype=np.float64), start,
+                            np.ascontiguousarray(point[by_leaf], dtype=np.int64),
+                            np.ascontiguousarray(pos, dtype=np.float64), np.asarray(keeps, dtype=np.int64))
+
+
+@njit(cache=True)
+def _confident_walls(wall_var, wall_mean, start, vote_point, pos, keeps):  # pragma: no cover - numba
+    n_sel = keeps.shape[0]
+    boxes = np.empty((n_sel, 6))
+    spreads = np.empty((n_sel, 6))
+    most = keeps.max()
     for k in range(6):
-        order = np.argsort(wall_var[:, k], kind="stable")
-        rank[order] = np.arange(order.size)
-        lasts = np.searchsorted(np.cumsum(counts[order]), keeps)
-        # One pass over all votes gathers the largest selection; the others are its prefixes in leaf rank.
-        chosen = np.flatnonzero(rank[inverse] <= lasts.max())
-        chosen_rank = rank[inverse[chosen]]
-        votes_k = pos[point[chosen], WALL_AXIS[k]] + wall_mean[inverse[chosen], k]
-        for s, last in enumerate(lasts):
-            votes = votes_k[chosen_rank <= last]
-            boxes[s, k] = np.median(votes)
-            spreads[s, k] = 1.4826 * np.median(np.abs(votes - boxes[s, k]))
+        axis = WALL_AXIS[k]
+        order = np.argsort(wall_var[:, k], kind="mergesort")
+        # votes of the leaves in confidence order until the largest selection is held (the last leaf whole)
+        total = 0
+        for u in order:
+            total += start[u + 1] - start[u]
+            if total >= most:
+                break
+        buf = np.empty(total)
+        ends = np.full(n_sel, total)  # where each selection's prefix ends in buf
+        n = 0
+        for u in order:
+            for v in range(start[u], start[u + 1]):
+                buf[n] = pos[vote_point[v], axis] + wall_mean[u, k]
+                n += 1
+            for s in range(n_sel):
+                if ends[s] == total and n >= keeps[s]:
+                    ends[s] = n
+            if n >= total:
+                break
+        for s in range(n_sel):
+            votes = buf[:ends[s]]
+            med = np.median(votes)
+            boxes[s, k] = med
+            spreads[s, k] = 1.4826 * np.median(np.abs(votes - med))
     return boxes, spreads
