@@ -35,7 +35,7 @@ from apps.localize.scans import (
     voxel_positions,
     working_image,
 )
-from apps.localize.voting import WALL_AXIS, confident_walls, group_votes
+from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
@@ -320,9 +320,13 @@ class OrganLocalizer(BaseForest):
         """What voting reads: per leaf and organ, the variance of each wall's displacement (the 6-D Gaussian's
         diagonal plus the one-voxel floor) and whether enough voxels with the organ reached the leaf."""
         diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
-        self._wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
-        self._wall_mean = self.leaf_mean_.astype(np.float64)  # stored float16; numpy computes slowly in it
         self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
+        wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
+        # Per organ and wall, all leaves in order of confidence (the variance is the leaf's, not the scan's):
+        # voting then walks this order instead of sorting the reached leaves of every scan.
+        self._wall_order = np.stack([wall_order(np.where(self._votes[:, o, None], wall_var[:, o], np.inf))
+                                     for o in range(self.leaf_count_.shape[1])])
+        self._wall_mean = np.ascontiguousarray(self.leaf_mean_.transpose(1, 0, 2), dtype=np.float64)  # (organ, L, 6)
         seen = ~np.isnan(self.edge_offsets_)
         at_edge = seen & (np.abs(np.nan_to_num(self.edge_offsets_, nan=np.inf)) <= 1.5 * float(self.spacing_mm))
         share = at_edge.sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
@@ -347,9 +351,10 @@ class OrganLocalizer(BaseForest):
         t2 = time.perf_counter()
         pos = voxel_positions(work, pts)
         extent = _extent(work)
-        uniq, inverse, counts, point = group_votes(leaves)
+        votes = Votes.group(leaves)
+        slot = votes.slots(self.forest_.n_leaves)
         edges = body_edges(mask, work)
-        organs = [self._vote(o, uniq, inverse, counts, point, pos, extent, edges) for o in range(len(self.organs))]
+        organs = [self._vote(o, votes, slot, pos, extent, edges) for o in range(len(self.organs))]
         t3 = time.perf_counter()
         refiners = getattr(self, "refiners_", None) or []
         todo = [o for o, r in enumerate(refiners) if r is not None and organs[o].present
@@ -385,12 +390,12 @@ class OrganLocalizer(BaseForest):
         estimate.box_mm = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
         estimate.box_std_mm = spread
 
-    def _vote(self, o: int, uniq: np.ndarray, inverse: np.ndarray, counts: np.ndarray, point: np.ndarray,
-              pos: np.ndarray, extent: np.ndarray, edges: np.ndarray) -> OrganEstimate:
-        """Organ o's box from the votes: `uniq` leaves reached (each `counts` times), `inverse` maps every vote
-        (point-major, n_points x T) to its leaf in `uniq`, `point` to its voxel, whose position is `pos` (mm);
-        `edges` (6,) are the body's outer faces in mm."""
+    def _vote(self, o: int, votes: Votes, slot: np.ndarray, pos: np.ndarray, extent: np.ndarray,
+              edges: np.ndarray) -> OrganEstimate:
+        """Organ o's box from the scan's `votes` (`slot`: each leaf's place among the reached ones) of voxels at
+        `pos` (mm); `extent` (2, 3) the scan's faces and `edges` (6,) the body's outer faces in mm."""
         name = self.organs[o]
+        uniq, counts = votes.uniq, votes.counts
         probability = float(np.dot(self.leaf_share_[uniq, o], counts) / counts.sum())
         valid = self._votes[uniq, o]
         n_valid = int(counts[valid].sum())
@@ -402,9 +407,8 @@ class OrganLocalizer(BaseForest):
         # Leaves are taken in that order until they hold the wanted share of the votes (the last one whole).
         keep = max(1, round(self.vote_fraction * n_valid))
         keep_presence = max(1, round(self.presence_fraction * n_valid))
-        wall_var = np.where(valid[:, None], self._wall_var[uniq, o], np.inf)
         (box, view_box), (spread, view_spread) = confident_walls(  # view_*: the broader vote that judges presence
-            wall_var, self._wall_mean[uniq, o], inverse, counts, point, pos, (keep, keep_presence))
+            self._wall_order[o], self._wall_mean[o], votes, slot, pos, (keep, keep_presence))
         for k in range(6):
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])

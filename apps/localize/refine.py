@@ -17,7 +17,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from apps.localize.scans import AIR_HU, HU_RANGE
-from apps.localize.voting import WALL_AXIS, confident_walls, group_votes
+from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
@@ -178,9 +178,11 @@ class WallRefiner(BaseForest):
         return self
 
     def _derive(self) -> None:
-        """What voting reads, in float64: leaf means and per-wall variances plus one fine voxel squared."""
-        self._wall_mean = self.leaf_mean_.astype(np.float64)
-        self._wall_var = self.leaf_var_.astype(np.float64) + float(self.spacing_mm) ** 2
+        """What voting reads: float64 leaf means and, per wall, the voting leaves by variance."""
+        self._wall_mean = np.ascontiguousarray(self.leaf_mean_, dtype=np.float64)
+        self._valid = self.leaf_count_ >= MIN_LEAF_VOTERS
+        wall_var = self.leaf_var_.astype(np.float64) + float(self.spacing_mm) ** 2
+        self._wall_order = wall_order(np.where(self._valid[:, None], wall_var, np.inf))
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
               fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -194,13 +196,12 @@ class WallRefiner(BaseForest):
         zyx = region_points(region, grown_box(box, margin_mm), n_points)
         with numba_threads(self.n_jobs):
             leaves = self.family_.apply((stack, np.c_[np.zeros(len(zyx)), zyx].astype(np.int32)), self.forest_)
-        uniq, inverse, counts, point = group_votes(leaves)
-        valid = self.leaf_count_[uniq] >= MIN_LEAF_VOTERS
-        if not valid.any():
+        votes = Votes.group(leaves)
+        n_valid = int(votes.counts[self._valid[votes.uniq]].sum())
+        if n_valid == 0:
             return np.asarray(box, dtype=np.float64).copy(), np.full(6, np.nan)
-        wall_var = np.where(valid[:, None], self._wall_var[uniq], np.inf)
-        keep = max(1, round(fraction * int(counts[valid].sum())))
-        boxes, spreads = confident_walls(wall_var, self._wall_mean[uniq], inverse, counts, point,
+        keep = max(1, round(fraction * n_valid))
+        boxes, spreads = confident_walls(self._wall_order, self._wall_mean, votes, votes.slots(self.forest_.n_leaves),
                                          region_positions(region, zyx), (keep,))
         return boxes[0], spreads[0]
 

@@ -2,79 +2,101 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
 
-def group_votes(leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Group the votes (n_points, T) by leaf: the distinct leaves `uniq`, `inverse` mapping every vote
-    (point-major) to its place in `uniq`, each leaf's `counts`, and each vote's `point` (row of `leaves`).
-    A scan's few thousand distinct leaves are then ranked instead of its n_points x T votes."""
-    uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
-    point = np.arange(leaves.size) // leaves.shape[1]
-    return uniq, inverse.ravel(), counts, point
+@dataclass
+class Votes:
+    """A scan's votes (n_points x T leaf ids) grouped by leaf.
+
+    Attributes
+    ----------
+    uniq : (U,) distinct leaves reached;  counts : (U,) votes each received
+    start : (U + 1,) int64, leaf u's votes are entries start[u]:start[u + 1] of `point`
+    point : (n_points * T,) int64, the voxel (row of the leaf table) of every vote, leaf after leaf
+    """
+
+    uniq: np.ndarray
+    counts: np.ndarray
+    start: np.ndarray
+    point: np.ndarray
+
+    @classmethod
+    def group(cls, leaves: np.ndarray) -> Votes:
+        uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
+        by_leaf = np.argsort(inverse.ravel(), kind="stable")
+        start = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        return cls(uniq, counts, start, (by_leaf // leaves.shape[1]).astype(np.int64))
+
+    def slots(self, n_leaves: int) -> np.ndarray:
+        """(n_leaves,) int64: each leaf's place in `uniq`, -1 for leaves no vote reached."""
+        slot = np.full(n_leaves, -1, dtype=np.int64)
+        slot[self.uniq] = np.arange(self.uniq.size)
+        return slot
 
 
-def confident_walls(wall_var: np.ndarray, wall_mean: np.ndarray, inverse: np.ndarray, counts: np.ndarray,
-                    point: np.ndarray, pos: np.ndarray, keeps: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def wall_order(wall_var: np.ndarray) -> np.ndarray:
+    """(6, n_leaves) int64: per wall, the leaves by increasing variance of that wall's displacement (ties by
+    leaf id). Leaves that must not vote carry an infinite variance, so they come last."""
+    return np.ascontiguousarray(np.argsort(wall_var, axis=0, kind="stable").T)
+
+
+def confident_walls(order: np.ndarray, wall_mean: np.ndarray, votes: Votes, slot: np.ndarray, pos: np.ndarray,
+                    keeps: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Each wall voted by the leaves most certain about it.
 
     Parameters
     ----------
-    wall_var, wall_mean : (n_uniq, 6)
-        Per reached leaf, the variance (mm^2; inf for leaves that must not vote) and mean (mm) of the
-        displacement from a voxel to each wall.
-    inverse, counts, point : as returned by `group_votes`
+    order : (6, n_leaves) from `wall_order`
+    wall_mean : (n_leaves, 6) float64, per leaf the mean displacement (mm) from a voxel to each wall
+    votes, slot : the scan's votes and `votes.slots(n_leaves)`
     pos : (n_points, 3) voxel positions in mm (x, y, z)
-    keeps : vote counts to keep per wall; leaves are taken in order of increasing variance until they hold
-        that many votes (the last one whole).
+    keeps : vote counts to keep per wall; the reached leaves are taken in `order` until they hold that many
+        votes (the last one whole). The caller keeps no more votes than valid leaves hold.
 
     Returns
     -------
     boxes, spreads : (len(keeps), 6)
         Per selection, the median wall positions (mm) and their robust spread (1.4826 MAD, mm).
     """
-    # The votes of each leaf, contiguous (leaf after leaf): a wall's selection then reads only the votes it keeps.
-    by_leaf = np.argsort(inverse, kind="stable")
-    start = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=start[1:])
-    return _confident_walls(np.ascontiguousarray(wall_var, dtype=np.float64),
-                            np.ascontiguousarray(wall_mean, dtype=np.float64), start,
-                            np.ascontiguousarray(point[by_leaf], dtype=np.int64),
+    return _confident_walls(order, wall_mean, votes.start, votes.point, slot,
                             np.ascontiguousarray(pos, dtype=np.float64), np.asarray(keeps, dtype=np.int64))
 
 
 @njit(cache=True)
-def _confident_walls(wall_var, wall_mean, start, vote_point, pos, keeps):  # pragma: no cover - numba
+def _confident_walls(order, wall_mean, start, vote_point, slot, pos, keeps):  # pragma: no cover - numba
+    # A walk down the model's precomputed leaf order touches only the votes it keeps: no per-scan sort.
     n_sel = keeps.shape[0]
     boxes = np.empty((n_sel, 6))
     spreads = np.empty((n_sel, 6))
     most = keeps.max()
+    buf = np.empty(vote_point.shape[0])
+    ends = np.empty(n_sel, dtype=np.int64)
     for k in range(6):
         axis = WALL_AXIS[k]
-        order = np.argsort(wall_var[:, k], kind="mergesort")
-        # votes of the leaves in confidence order until the largest selection is held (the last leaf whole)
-        total = 0
-        for u in order:
-            total += start[u + 1] - start[u]
-            if total >= most:
-                break
-        buf = np.empty(total)
-        ends = np.full(n_sel, total)  # where each selection's prefix ends in buf
+        ends[:] = -1
         n = 0
-        for u in order:
+        for leaf in order[k]:
+            u = slot[leaf]
+            if u < 0:
+                continue
+            shift = wall_mean[leaf, k]
             for v in range(start[u], start[u + 1]):
-                buf[n] = pos[vote_point[v], axis] + wall_mean[u, k]
+                buf[n] = pos[vote_point[v], axis] + shift
                 n += 1
             for s in range(n_sel):
-                if ends[s] == total and n >= keeps[s]:
+                if ends[s] < 0 and n >= keeps[s]:
                     ends[s] = n
-            if n >= total:
+            if n >= most:
                 break
         for s in range(n_sel):
-            votes = buf[:ends[s]]
+            votes = buf[:ends[s] if ends[s] >= 0 else n]
             med = np.median(votes)
             boxes[s, k] = med
             spreads[s, k] = 1.4826 * np.median(np.abs(votes - med))
