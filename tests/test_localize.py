@@ -258,3 +258,32 @@ def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):
         scans, truths).save(tmp_path / "m.npz")
     meta, arrays = load_model(tmp_path / "m.npz")
     assert meta["refiners"] == [None] * 7 and not any(k.startswith("refine.") for k in arrays)
+
+
+def test_confident_walls_match_a_plain_reading_of_the_rule():
+    """Per wall: reached leaves by increasing variance (ties by leaf id), taken whole until they hold `keep`
+    votes; the wall is the median of their votes (position + leaf mean), the spread 1.4826 x MAD."""
+    from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
+
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        n_leaves, n, n_trees = 300, int(rng.integers(20, 400)), int(rng.integers(1, 6))
+        leaves = rng.integers(0, n_leaves, (n, n_trees))
+        var = np.round(rng.random((n_leaves, 6)), 1)  # ties
+        var[rng.random(n_leaves) < 0.2] = np.inf  # leaves that must not vote
+        mean = rng.normal(0, 10, (n_leaves, 6))
+        pos = rng.normal(0, 50, (n, 3))
+        votes = Votes.group(leaves)
+        valid = np.isfinite(var[leaves, 0])
+        keeps = (max(1, int(0.05 * valid.sum())), max(1, int(0.4 * valid.sum())))
+        boxes, spreads = confident_walls(wall_order(var), mean, votes, votes.slots(n_leaves), pos, keeps)
+        for k in range(6):
+            ids = np.unique(leaves)
+            ids = ids[np.lexsort((ids, var[ids, k]))]
+            for s, keep in enumerate(keeps):
+                held = np.cumsum([np.sum(leaves == i) for i in ids])
+                chosen = ids[:np.searchsorted(held, keep) + 1]
+                rows, cols = np.nonzero(np.isin(leaves, chosen))
+                v = pos[rows, WALL_AXIS[k]] + mean[leaves[rows, cols], k]
+                assert boxes[s, k] == pytest.approx(np.median(v))
+                assert spreads[s, k] == pytest.approx(1.4826 * np.median(np.abs(v - np.median(v))))

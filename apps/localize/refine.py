@@ -104,6 +104,7 @@ def region_positions(region: Image, zyx: np.ndarray) -> np.ndarray:
 
 
 def grown_box(box: np.ndarray, pad_mm: float) -> np.ndarray:
+    """`box` (6,) mm with every wall moved outwards by pad_mm."""
     lo = np.minimum(box[0::2], box[1::2]) - pad_mm
     hi = np.maximum(box[0::2], box[1::2]) + pad_mm
     return np.ravel(np.c_[lo, hi])
