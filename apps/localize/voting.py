@@ -65,22 +65,32 @@ def confident_walls(order: np.ndarray, wall_mean: np.ndarray, votes: Votes, slot
     boxes, spreads : (len(keeps), 6)
         Per selection, the median wall positions (mm) and their robust spread (1.4826 MAD, mm).
     """
-    return _confident_walls(order, wall_mean, votes.start, votes.point, slot,
-                            np.ascontiguousarray(pos, dtype=np.float64), np.asarray(keeps, dtype=np.int64))
+    keeps = np.asarray(keeps, dtype=np.int64)
+    capacity = int(keeps.max() + votes.counts.max())  # the last leaf is taken whole
+    buf, ends = _gather_walls(order, wall_mean, votes.start, votes.point, slot,
+                              np.ascontiguousarray(pos, dtype=np.float64), keeps, capacity)
+    boxes = np.empty((keeps.size, 6))
+    spreads = np.empty((keeps.size, 6))
+    # medians in numpy: numba's would compile for seconds on the command line's first run
+    for k in range(6):
+        for s, end in enumerate(ends[k]):
+            v = buf[k, :end]
+            boxes[s, k] = np.median(v)
+            spreads[s, k] = 1.4826 * np.median(np.abs(v - boxes[s, k]))
+    return boxes, spreads
 
 
 @njit(cache=True)
-def _confident_walls(order, wall_mean, start, vote_point, slot, pos, keeps):  # pragma: no cover - numba
+def _gather_walls(order, wall_mean, start, vote_point, slot, pos, keeps, capacity):  # pragma: no cover - numba
+    """Per wall k, the votes of the reached leaves in `order[k]` until every selection is held: buf[k, :n] and,
+    per selection s, the vote count ends[k, s] at which it is held (its last leaf whole)."""
     # A walk down the model's precomputed leaf order touches only the votes it keeps: no per-scan sort.
     n_sel = keeps.shape[0]
-    boxes = np.empty((n_sel, 6))
-    spreads = np.empty((n_sel, 6))
     most = keeps.max()
-    buf = np.empty(vote_point.shape[0])
-    ends = np.empty(n_sel, dtype=np.int64)
+    buf = np.empty((6, capacity))
+    ends = np.full((6, n_sel), -1, dtype=np.int64)
     for k in range(6):
         axis = WALL_AXIS[k]
-        ends[:] = -1
         n = 0
         for leaf in order[k]:
             u = slot[leaf]
@@ -88,16 +98,14 @@ def _confident_walls(order, wall_mean, start, vote_point, slot, pos, keeps):  # 
                 continue
             shift = wall_mean[leaf, k]
             for v in range(start[u], start[u + 1]):
-                buf[n] = pos[vote_point[v], axis] + shift
+                buf[k, n] = pos[vote_point[v], axis] + shift
                 n += 1
             for s in range(n_sel):
-                if ends[s] < 0 and n >= keeps[s]:
-                    ends[s] = n
+                if ends[k, s] < 0 and n >= keeps[s]:
+                    ends[k, s] = n
             if n >= most:
                 break
         for s in range(n_sel):
-            votes = buf[:ends[s] if ends[s] >= 0 else n]
-            med = np.median(votes)
-            boxes[s, k] = med
-            spreads[s, k] = 1.4826 * np.median(np.abs(votes - med))
-    return boxes, spreads
+            if ends[k, s] < 0:  # fewer votes than asked for: all of them
+                ends[k, s] = n
+    return buf, ends
