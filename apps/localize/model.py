@@ -136,7 +136,7 @@ class OrganLocalizer(BaseForest):
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
-                 edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.3,
+                 edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.5,
                  refine_spacing_mm: float = 2.0, refine_trees: int = 4, refine_depth: int | None = 12,
                  refine_min_samples_leaf: int = 50, refine_margin_mm: float = 10.0, refine_reach_mm: float = 30.0,
                  refine_jitter_mm: float = 6.0, refine_points: int = 600, refine_votes: int = 2000,
