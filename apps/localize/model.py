@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apps.localize.refine import FineSource, WallRefiner, training_region
+from apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
 from apps.localize.scans import (
     AIR_HU,
     OrganSlices,
@@ -36,7 +36,7 @@ from apps.localize.scans import (
     working_image,
 )
 from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
-from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.imaging.features import BoxFeatures, ImageStack
@@ -74,7 +74,7 @@ class Localization:
         return np.array([o.box_mm if o.present else np.full(6, np.nan) for o in self.organs])
 
 
-class OrganLocalizer(BaseForest):
+class OrganLocalizer(PlainTrees):
     """A regression forest that votes for organ bounding boxes in CT scans.
 
     Parameters
@@ -173,14 +173,6 @@ class OrganLocalizer(BaseForest):
         self.refine_passes = refine_passes
         self.random_state = random_state
         self.n_jobs = n_jobs
-
-    # settings the engine reads that this estimator fixes
-    min_samples_split = 2
-    min_gain = 0.0
-    bootstrap = False
-    max_samples = None
-    structure = "tree"
-    two_sided = False
 
     # -- training -----------------------------------------------------------------------------------------
     def _features(self) -> BoxFeatures:

@@ -110,7 +110,19 @@ def grown_box(box: np.ndarray, pad_mm: float) -> np.ndarray:
     return np.ravel(np.c_[lo, hi])
 
 
-class WallRefiner(BaseForest):
+class PlainTrees(BaseForest):
+    """A forest whose only growth knobs are T, D, rho, K and the leaf size: the settings the engine reads that
+    the localizer's estimators fix (randomized node optimisation without bagging, one-sided tests, trees)."""
+
+    min_samples_split = 2
+    min_gain = 0.0
+    bootstrap = False
+    max_samples = None
+    structure = "tree"
+    two_sided = False
+
+
+class WallRefiner(PlainTrees):
     """One organ's second-stage forest: displaced-box features on a fine region, leaves hold the mean and
     per-wall variance (a diagonal Gaussian) of the displacements from a voxel to the organ's six walls.
 
@@ -124,12 +136,6 @@ class WallRefiner(BaseForest):
 
     _task = "organ-wall-refinement"
     _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
-    min_samples_split = 2
-    min_gain = 0.0
-    bootstrap = False
-    max_samples = None
-    structure = "tree"
-    two_sided = False
 
     def __init__(self, spacing_mm: float = 2.0, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
                  n_thresholds: int | None = 12, min_samples_leaf: int = 50, reach_mm: float = 30.0,
