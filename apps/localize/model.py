@@ -16,6 +16,9 @@ The organ's presence probability is the mean leaf share over all votes times an 
 spread. Whether the organ is in the field of view at all is judged on a broader vote (presence_fraction of the
 votes per wall, without the prior): an organ of which less than min_visible of the voted extent along some axis lies
 inside the scan is reported absent (a slab cut just below the parotids still has voxels that recall them).
+
+A second, organ-centred stage (`apps.localize.refine`) then re-votes the walls of every organ found, on a 2 mm grid
+around its box, with a small forest of its own per organ; the body-edge prior and the scan's faces apply again.
 """
 
 from __future__ import annotations
@@ -378,8 +381,7 @@ class OrganLocalizer(PlainTrees):
         box, spread = box.copy(), spread.copy()
         for k in np.flatnonzero(self._edge_prior[o]):
             box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
-        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-        estimate.box_mm = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
+        estimate.box_mm = inside(box, extent)
         estimate.box_std_mm = spread
 
     def _vote(self, o: int, votes: Votes, slot: np.ndarray, pos: np.ndarray, extent: np.ndarray,
@@ -404,9 +406,7 @@ class OrganLocalizer(PlainTrees):
         for k in range(6):
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
-        # An organ's contoured voxels lie inside the scan: walls voted beyond its faces are pulled back to them.
-        lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-        box = np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
+        box = inside(box, extent)
         visible = visible_share(view_box, extent)
         # Votes of an organ that is there agree (median spread ~6-13 mm on head-and-neck CT); outside the anatomy
         # the model knows (e.g. an abdominal scan) leaves still claim the organ but their votes scatter (45-95
@@ -484,6 +484,13 @@ class OrganLocalizer(PlainTrees):
         hyper = dict(hyper)
         hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (4.0, 40.0)))
         return cls(**hyper)
+
+
+def inside(box: np.ndarray, extent: np.ndarray) -> np.ndarray:
+    """A box (6,) mm with lo <= hi per axis and every wall pulled back inside the volume's extent (2, 3): an
+    organ's contoured voxels lie inside the scan, so walls voted beyond its faces go back to them."""
+    lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
+    return np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
 
 
 def visible_share(box: np.ndarray, extent: np.ndarray) -> float:
