@@ -223,12 +223,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         can_split = ((counts >= settings.min_samples_split) & (counts >= 2 * msl) & ~pure & (node_w > 0)
                      & (depth < max_depth))
 
-        params = np.zeros((n_front, family.param_width))
-        thr_lo = np.full(n_front, -np.inf, dtype=np.float32)
-        thr_hi = np.full(n_front, np.inf, dtype=np.float32)
-        gain = np.zeros(n_front, dtype=np.float32)
-        split = np.zeros(n_front, dtype=bool)
-        n_left = np.zeros(n_front, dtype=np.int64)
+        level = _LevelSplits.empty(n_front, family.param_width)
 
         sp = np.flatnonzero(can_split)
         if sp.size:
@@ -259,12 +254,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                 nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[sp], f_end[sp],
                                       rows_matrix, rows[idx, best_c], lo_b, hi_b, ok)
-                split[sp] = ok
-                n_left[sp] = nl
-                params[sp] = np.where(ok[:, None], cand[idx, best_c], 0.0)
-                thr_lo[sp] = np.where(ok, lo_b, -np.inf)
-                thr_hi[sp] = np.where(ok, hi_b, np.inf)
-                gain[sp] = np.where(ok, best_gain, 0.0)
+                level.record(sp, ok, nl, cand[idx, best_c], lo_b, hi_b, best_gain)
             else:
                 for a, b in _chunks(sp_counts, rho, breaks):
                     nodes = sp[a:b]
@@ -321,18 +311,13 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                     ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                     nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
                                             best_c.astype(np.int64), lo_b, hi_b, ok)
-                    split[nodes] = ok
-                    n_left[nodes] = nl
-                    params[nodes] = np.where(ok[:, None], node_params[idx, best_c], 0.0)
-                    thr_lo[nodes] = np.where(ok, lo_b, -np.inf)
-                    thr_hi[nodes] = np.where(ok, hi_b, np.inf)
-                    gain[nodes] = np.where(ok, best_gain, 0.0)
+                    level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
 
         # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
         child = np.empty(n_front, dtype=np.int32)
-        split_idx = np.flatnonzero(split)
+        split_idx = np.flatnonzero(level.split)
         child[split_idx] = next_id + 2 * np.arange(split_idx.size)
-        leaf_idx = np.flatnonzero(~split)
+        leaf_idx = np.flatnonzero(~level.split)
         child[leaf_idx] = -(leaf_count + np.arange(leaf_idx.size)) - 1
         leaf_node.append(level_first_id + leaf_idx)
         leaf_tree.append(f_tree[leaf_idx])
@@ -340,12 +325,12 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         leaf_end.append(f_end[leaf_idx])
         leaf_count += leaf_idx.size
 
-        for key, val in (("params", params), ("thr_lo", thr_lo), ("thr_hi", thr_hi), ("child", child),
-                         ("depth", np.full(n_front, depth, dtype=np.int32)), ("gain", gain),
+        for key, val in (("params", level.params), ("thr_lo", level.thr_lo), ("thr_hi", level.thr_hi),
+                         ("child", child), ("depth", np.full(n_front, depth, dtype=np.int32)), ("gain", level.gain),
                          ("weight", node_w)):
             per_level[key].append(val)
 
-        mid = f_start[split_idx] + n_left[split_idx]
+        mid = f_start[split_idx] + level.n_left[split_idx]
         new_start = np.empty(2 * split_idx.size, dtype=np.int64)
         new_end = np.empty(2 * split_idx.size, dtype=np.int64)
         new_start[0::2], new_end[0::2] = f_start[split_idx], mid
@@ -371,6 +356,35 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     leaf_start_all = np.concatenate(leaf_start).astype(np.int64, copy=False)
     leaf_end_all = np.concatenate(leaf_end).astype(np.int64, copy=False)
     return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_start_all, leaf_end_all))
+
+
+@dataclass
+class _LevelSplits:
+    """The tests chosen for one level's nodes (n_front of them): whether each splits, how many of its points
+    go left, the weak learner's parameter row, the thresholds tau1 > f > tau2 and the gain."""
+
+    split: np.ndarray
+    n_left: np.ndarray
+    params: np.ndarray
+    thr_lo: np.ndarray
+    thr_hi: np.ndarray
+    gain: np.ndarray
+
+    @classmethod
+    def empty(cls, n_front: int, param_width: int) -> _LevelSplits:
+        return cls(np.zeros(n_front, dtype=bool), np.zeros(n_front, dtype=np.int64),
+                   np.zeros((n_front, param_width)), np.full(n_front, -np.inf, dtype=np.float32),
+                   np.full(n_front, np.inf, dtype=np.float32), np.zeros(n_front, dtype=np.float32))
+
+    def record(self, nodes: np.ndarray, ok: np.ndarray, n_left: np.ndarray, params: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray, gain: np.ndarray) -> None:
+        """Store the best test of each of `nodes`; nodes where `ok` is False stay leaves."""
+        self.split[nodes] = ok
+        self.n_left[nodes] = n_left
+        self.params[nodes] = np.where(ok[:, None], params, 0.0)
+        self.thr_lo[nodes] = np.where(ok, lo, -np.inf)
+        self.thr_hi[nodes] = np.where(ok, hi, np.inf)
+        self.gain[nodes] = np.where(ok, gain, 0.0)
 
 
 def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
