@@ -277,6 +277,9 @@ def test_confident_walls_match_a_plain_reading_of_the_rule():
         valid = np.isfinite(var[leaves, 0])
         keeps = (max(1, int(0.05 * valid.sum())), max(1, int(0.4 * valid.sum())))
         boxes, spreads = confident_walls(wall_order(var), mean, votes, votes.slots(n_leaves), pos, keeps)
+        # float16 variances (as model files hold them) are ordered by their bit patterns: same order
+        var16 = var.astype(np.float16)
+        assert np.array_equal(wall_order(var16), wall_order(var16.astype(np.float64)))
         for k in range(6):
             ids = np.unique(leaves)
             ids = ids[np.lexsort((ids, var[ids, k]))]

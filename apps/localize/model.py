@@ -312,14 +312,16 @@ class OrganLocalizer(PlainTrees):
         return float(self.spacing_mm) ** 2
 
     def _derive(self) -> None:
-        """What voting reads: per leaf and organ, the variance of each wall's displacement (the 6-D Gaussian's
-        diagonal plus the one-voxel floor) and whether enough voxels with the organ reached the leaf."""
+        """What voting reads: whether enough voxels with the organ reached each leaf; per organ and wall, the
+        leaves by increasing variance of that wall's displacement (the 6-D Gaussian's diagonal); leaf means in
+        float64; and which walls get the body-edge prior."""
         diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
         self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
-        wall_var = self.leaf_cov_[..., diagonal].astype(np.float64) + self._floor()
+        wall_var = self.leaf_cov_[..., diagonal]  # the one-voxel floor added to every leaf changes no order
         # Per organ and wall, all leaves in order of confidence (the variance is the leaf's, not the scan's):
         # voting then walks this order instead of sorting the reached leaves of every scan.
-        self._wall_order = np.stack([wall_order(np.where(self._votes[:, o, None], wall_var[:, o], np.inf))
+        self._wall_order = np.stack([wall_order(np.where(self._votes[:, o, None], wall_var[:, o],
+                                                         wall_var.dtype.type(np.inf)))
                                      for o in range(self.leaf_count_.shape[1])])
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_.transpose(1, 0, 2), dtype=np.float64)  # (organ, L, 6)
         seen = ~np.isnan(self.edge_offsets_)
@@ -557,10 +559,7 @@ def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     and covariance (21, packed upper triangle; both float16) of their wall displacements. Leaves without any known
     voxel get the organ's overall share."""
     n_leaves = grown.leaf_start.size
-    lengths = grown.leaf_end - grown.leaf_start
-    seg = np.repeat(np.arange(n_leaves), lengths)
-    # positions of every leaf's points, leaf after leaf
-    positions = np.arange(lengths.sum()) + np.repeat(grown.leaf_start - (np.cumsum(lengths) - lengths), lengths)
+    seg, positions = grown.leaf_members()
     pts = grown.order[positions]
     w = grown.wts[positions]
     share = np.zeros((n_leaves, n_org), dtype=np.float32)

@@ -167,10 +167,8 @@ class WallRefiner(PlainTrees):
         objective = Objective.regression(y, "gaussian", block_size=6, variance_floor=floor)
         grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
         n_leaves = grown.leaf_start.size
-        lengths = grown.leaf_end - grown.leaf_start
-        seg = np.repeat(np.arange(n_leaves), lengths)
-        starts = grown.leaf_start - (np.cumsum(lengths) - lengths)
-        rows = y[grown.order[np.arange(lengths.sum()) + np.repeat(starts, lengths)]]
+        seg, positions = grown.leaf_members()
+        rows = y[grown.order[positions]]
         count = np.bincount(seg, minlength=n_leaves).astype(np.float64)
         safe = np.maximum(count, 1.0)[:, None]
         mean = np.stack([np.bincount(seg, weights=rows[:, k], minlength=n_leaves) for k in range(6)], 1) / safe
@@ -188,8 +186,8 @@ class WallRefiner(PlainTrees):
         """What voting reads: float64 leaf means and, per wall, the voting leaves by variance."""
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_, dtype=np.float64)
         self._valid = self.leaf_count_ >= MIN_LEAF_VOTERS
-        wall_var = self.leaf_var_.astype(np.float64) + float(self.spacing_mm) ** 2
-        self._wall_order = wall_order(np.where(self._valid[:, None], wall_var, np.inf))
+        # the one-voxel floor added to every leaf changes no order
+        self._wall_order = wall_order(np.where(self._valid[:, None], self.leaf_var_, self.leaf_var_.dtype.type(np.inf)))
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
               fraction: float) -> tuple[np.ndarray, np.ndarray]:

@@ -77,6 +77,14 @@ class GrownForest:
     leaf_start: np.ndarray
     leaf_end: np.ndarray
 
+    def leaf_members(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every leaf's training points, leaf after leaf: (leaf index, position in `order` / `wts`) per member,
+        both (n_members,) int64, for leaf statistics by `np.bincount(leaf, ...)`."""
+        lengths = self.leaf_end - self.leaf_start
+        leaf = np.repeat(np.arange(lengths.size), lengths)
+        positions = np.arange(lengths.sum()) + np.repeat(self.leaf_start - (np.cumsum(lengths) - lengths), lengths)
+        return leaf, positions
+
 
 @njit(cache=True, parallel=True)
 def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - numba
