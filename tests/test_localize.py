@@ -195,7 +195,7 @@ def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
 
     ct, lab = phantoms[6]
     truth = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
-    source = FineSource.from_scan(ct, small_model.refine_spacing_mm)
+    source = FineSource(ct, small_model.refine_spacing_mm)
     rng = np.random.default_rng(5)
     before, after = [], []
     for o, refiner in enumerate(small_model.refiners_):

@@ -298,7 +298,7 @@ class OrganLocalizer(PlainTrees):
 
     def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator) -> None:
         """Add one scan's second-stage regions (around each contoured organ's jittered box) to `fine`."""
-        source = FineSource.from_scan(scan, float(self.refine_spacing_mm))
+        source = FineSource(scan, float(self.refine_spacing_mm))
         for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
             region, zyx, y = training_region(source, boxes[o], float(self.refine_jitter_mm),
                                              float(self.refine_margin_mm), float(self.refine_reach_mm),
@@ -362,7 +362,7 @@ class OrganLocalizer(PlainTrees):
             pad = float(self.refine_margin_mm) + float(self.refine_reach_mm)
             boxes = np.array([organs[o].box_mm for o in todo])
             union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
-            region = FineSource.from_scan(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
+            region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
             stack = ImageStack.from_images([region], integral=True)
             for o in todo:
                 self._refine(o, organs[o], region, stack, extent, edges)

@@ -37,10 +37,6 @@ class FineSource:
     scan: Image
     spacing_mm: float
 
-    @classmethod
-    def from_scan(cls, scan: Image, spacing_mm: float) -> FineSource:
-        return cls(scan, float(spacing_mm))
-
     def region(self, box: np.ndarray, pad_mm: float) -> Image:
         """The scan on an axis-aligned (LPS) grid covering `box` (6,) mm grown by `pad_mm` on every side; air
         beyond the scan's faces (as the first stage's features see it)."""
