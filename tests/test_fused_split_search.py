@@ -14,6 +14,9 @@ Y_REG = np.stack([np.sin(X[:, 0]) + X[:, 1], X[:, 2] * X[:, 3]], axis=1)
 
 CASES = [
     (ClassificationForest, Y_CLASS, dict(n_thresholds=1, n_candidates="sqrt")),
+    # two classes, one threshold: extremely randomized trees take the register-count scan
+    (ClassificationForest, (Y_CLASS > 0).astype(int), dict(n_thresholds=1, n_candidates="sqrt")),
+    (ClassificationForest, (Y_CLASS > 0).astype(int), dict(n_thresholds=1, n_candidates=3, criterion="gini")),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=8, n_candidates=4, min_samples_leaf=5, criterion="gini")),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=4, n_candidates=3, bootstrap=True, max_depth=6)),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=3, n_candidates=2, two_sided=True)),
