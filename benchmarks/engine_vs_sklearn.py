@@ -154,7 +154,12 @@ def main() -> None:
     parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--repeats", type=int, default=20,
                         help="random 75/25 splits for the accuracy of the small sets (one split is a few samples)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated data names (prefixes, e.g. 'classification') to run; default all")
+    parser.add_argument("--peer", choices=("ExtraTrees", "RandomForest"), default=None,
+                        help="run one peer configuration only")
     args = parser.parse_args()
+    only = args.only.split(",") if args.only else None
 
     rows = []
     if not args.skip_startup:
@@ -170,9 +175,13 @@ def main() -> None:
     print(head)
     print("-" * len(head))
     for name, task, X, y in datasets(args.quick):
+        if only and not any(name.startswith(o) for o in only):
+            continue
         Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0)
         Xtr32, Xte32 = Xtr.astype(np.float32), Xte.astype(np.float32)
         for peer_name, ours, theirs in pairs(task, args.trees, args.max_depth):
+            if args.peer and peer_name != args.peer:
+                continue
             # Load this configuration's compiled kernels first: start-up is measured apart, above.
             clone(ours).fit(Xtr32[:200], ytr[:200]).predict(Xte32[:10])
             _, fit_o, mem_o = measure(partial(ours.fit, Xtr32, ytr))
