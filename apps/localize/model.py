@@ -320,8 +320,7 @@ class OrganLocalizer(PlainTrees):
         wall_var = self.leaf_cov_[..., diagonal]  # the one-voxel floor added to every leaf changes no order
         # Per organ and wall, all leaves in order of confidence (the variance is the leaf's, not the scan's):
         # voting then walks this order instead of sorting the reached leaves of every scan.
-        self._wall_order = np.stack([wall_order(np.where(self._votes[:, o, None], wall_var[:, o],
-                                                         wall_var.dtype.type(np.inf)))
+        self._wall_order = np.stack([wall_order(wall_var[:, o], self._votes[:, o])
                                      for o in range(self.leaf_count_.shape[1])])
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_.transpose(1, 0, 2), dtype=np.float64)  # (organ, L, 6)
         seen = ~np.isnan(self.edge_offsets_)

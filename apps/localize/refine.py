@@ -183,7 +183,7 @@ class WallRefiner(PlainTrees):
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_, dtype=np.float64)
         self._valid = self.leaf_count_ >= MIN_LEAF_VOTERS
         # the one-voxel floor added to every leaf changes no order
-        self._wall_order = wall_order(np.where(self._valid[:, None], self.leaf_var_, self.leaf_var_.dtype.type(np.inf)))
+        self._wall_order = wall_order(self.leaf_var_, self._valid)
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
               fraction: float) -> tuple[np.ndarray, np.ndarray]:
