@@ -369,7 +369,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 @dataclass
 class _LevelSplits:
     """The tests chosen for one level's nodes (n_front of them): whether each splits, how many of its points
-    go left, the weak learner's parameter row, the thresholds tau1 > f > tau2 and the gain."""
+    go left, the weak learner's parameter row, the thresholds of the test thr_lo < f <= thr_hi and the gain."""
 
     split: np.ndarray
     n_left: np.ndarray
