@@ -61,6 +61,23 @@ def test_compact_axis_table_walks_like_the_generic_table(two_sided):
         assert np.isfinite(arrays.thr_lo).any() and np.isfinite(arrays.thr_hi[np.isfinite(arrays.thr_lo)]).any()
 
 
+def test_interleaved_walk_handles_every_block_and_lane_remainder():
+    """Points descend in blocks of WALK_BLOCK, WALK_LANES at a time: counts that leave lanes or blocks part-filled
+    must reach the same leaves and averages as the one-point-at-a-time generic walk."""
+    from imageforest.forest.leaf_models import tree_average
+    from imageforest.forest.weak_learners import WALK_BLOCK, WALK_LANES, _apply_kernel
+
+    forest = ClassificationForest(n_trees=4, n_thresholds=2, n_candidates=3, random_state=5).fit(X, Y_CLASS)
+    fam, arrays = forest.family_, forest.forest_
+    table, roots = arrays.packed()
+    big = np.concatenate([X, X[::-1]])[: 2 * WALK_BLOCK + 3]
+    for n in (1, WALK_LANES - 1, WALK_LANES + 1, WALK_BLOCK, WALK_BLOCK + 1, 2 * WALK_BLOCK + 3):
+        pts = np.ascontiguousarray(big[:n])
+        leaves = forest.apply(pts)
+        assert np.array_equal(leaves, _apply_kernel(fam.code, pts, fam.mean, fam.inv_std, table, roots))
+        assert np.array_equal(forest.predict_proba(pts), tree_average(leaves, forest.leaf_posterior_))
+
+
 def _structure(est):
     f = est.forest_
     return f.params, f.thr_lo, f.thr_hi, f.child
