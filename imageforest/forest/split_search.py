@@ -357,3 +357,23 @@ def segment_stats(order, wts, seg_start, seg_end, criterion, labels, targets, n_
             accumulate(stats[s], i, wts[m], criterion, labels, targets, n_blocks, q)
         counts[s] = seg_end[s] - seg_start[s]
     return stats, counts
+
+
+@njit(cache=True, parallel=True)
+def segment_class_counts(pos_labels, seg_start, seg_end, n_classes):  # pragma: no cover - numba
+    """`segment_stats` for classification with unit weights and labels per position: class counts as float.
+
+    Reads one byte per position instead of the 8-byte weights and the generic accumulator (0.57 -> 0.1 s over a
+    200k x 50 ExtraTrees fit); the counts equal the unit-weight sums exactly.
+    """
+    n_seg = seg_start.shape[0]
+    stats = np.zeros((n_seg, n_classes))
+    counts = np.zeros(n_seg, dtype=np.int64)
+    for s in prange(n_seg):
+        tally = np.zeros(n_classes, dtype=np.int64)
+        for m in range(seg_start[s], seg_end[s]):
+            tally[np.uint64(pos_labels[m])] += 1
+        for c in range(n_classes):
+            stats[s, c] = tally[c]
+        counts[s] = seg_end[s] - seg_start[s]
+    return stats, counts

@@ -232,21 +232,33 @@ def _axis_leaf_average_kernel(X, table, tree_root, leaf_table):  # pragma: no co
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - numba
-    """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n)."""
+    """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n).
+
+    Each set starts from the identity permutation; the k swaps are undone afterwards instead of rebuilding the
+    permutation, so a set costs O(k), not O(n) (millions of sets per deep forest). Sets are independent, so the
+    result does not depend on the thread count.
+    """
     n_sets, k = u.shape
     out = np.empty((n_sets, k), dtype=np.int64)
-    perm = np.empty(n, dtype=np.int64)
-    for s in range(n_sets):
-        for j in range(n):
-            perm[j] = j
-        for j in range(k):
-            r = j + min(int(u[s, j] * (n - j)), n - j - 1)
-            tmp = perm[j]
-            perm[j] = perm[r]
-            perm[r] = tmp
-            out[s, j] = perm[j]
+    n_work = min(n_sets, 64)
+    for blk in prange(n_work):
+        perm = np.arange(n)
+        picked = np.empty(k, dtype=np.int64)
+        for s in range(blk * n_sets // n_work, (blk + 1) * n_sets // n_work):
+            for j in range(k):
+                r = j + min(int(u[s, j] * (n - j)), n - j - 1)
+                picked[j] = r
+                tmp = perm[j]
+                perm[j] = perm[r]
+                perm[r] = tmp
+                out[s, j] = perm[j]
+            for j in range(k - 1, -1, -1):  # undo in reverse order: perm is the identity again
+                r = picked[j]
+                tmp = perm[j]
+                perm[j] = perm[r]
+                perm[r] = tmp
     return out
 
 
