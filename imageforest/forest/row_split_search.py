@@ -18,6 +18,8 @@ fixes the model bytes; tests compare the two.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
@@ -44,7 +46,7 @@ def _pairs_by_row(rows):  # pragma: no cover - numba
     return perm
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion, labels, targets, n_blocks, q, cum,
               ccount):  # pragma: no cover - numba
     """`_bin_pair` for a node's gathered responses vals[:n] whose points sit at positions a.. of the order.
@@ -57,27 +59,7 @@ def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion
     cum[:] = 0.0
     ccount[:] = 0
     w_node = 0.0
-    if per_position and criterion <= GINI and unit_weights and k == 1 and cum.shape[1] == 2:
-        # Extremely randomized trees on two classes: three integer counts in registers (a loop LLVM vectorises)
-        # instead of a read-modify-write of `cum` per point. Counts of unit weights are the float sums exactly.
-        t = thr[0]
-        n_right = 0
-        n_right1 = 0
-        n_1 = 0
-        for m in range(n):
-            g = np.int64(t < vals[m])
-            lab = np.int64(labels[a + m])
-            n_right += g
-            n_right1 += g & lab
-            n_1 += lab
-        cum[1, 0] = n - n_right - (n_1 - n_right1)
-        cum[1, 1] = n_1 - n_right1
-        cum[2, 0] = n_right - n_right1
-        cum[2, 1] = n_right1
-        ccount[1] = n - n_right
-        ccount[2] = n_right
-        w_node = float(n)
-    elif per_position and criterion <= GINI:
+    if per_position and criterion <= GINI:
         for m in range(n):
             v = vals[m]
             b = 1
@@ -119,6 +101,57 @@ def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion
     return w_node
 
 
+@njit(cache=True, inline="always")
+def _two_class_impurity(a, b, gini):  # pragma: no cover - numba
+    """`_class_impurity` of the row [a, b], operation for operation (same bits)."""
+    total = 0.0 + a + b
+    if total <= 0.0:
+        return 0.0
+    if gini:
+        acc = 1.0
+        p = a / total
+        acc -= p * p
+        p = b / total
+        acc -= p * p
+        return total * acc
+    acc = 0.0
+    if a > 0.0:
+        p = a / total
+        acc -= p * math.log(p)
+    if b > 0.0:
+        p = b / total
+        acc -= p * math.log(p)
+    return total * acc
+
+
+@njit(cache=True, inline="always")
+def _score_two_class(vals, n, t, labels, a, gini, min_samples_leaf, out, s, c):  # pragma: no cover - numba
+    """Gain of the test f <= t on a node's gathered responses vals[:n], two classes, unit weights, into out[s, c, 0].
+
+    Three integer counts in registers (a loop LLVM vectorises) instead of a read-modify-write of a bin table per
+    point; the impurities are those `_score_configs` computes from the same (exact, integer) sums.
+    """
+    n_right = 0
+    n_right1 = 0
+    n_1 = 0
+    for m in range(n):
+        g = np.int64(t < vals[m])
+        lab = np.int64(labels[a + m])
+        n_right += g
+        n_right1 += g & lab
+        n_1 += lab
+    n_left = n - n_right
+    if n_left < min_samples_leaf or n_right < min_samples_leaf:
+        return
+    l1 = np.float64(n_1 - n_right1)
+    l0 = np.float64(n_left - (n_1 - n_right1))
+    r1 = np.float64(n_right1)
+    r0 = np.float64(n_right - n_right1)
+    parent = _two_class_impurity(l0 + r0, l1 + r1, gini)
+    child = _two_class_impurity(l0, l1, gini) + _two_class_impurity(r0, r1, gini)
+    out[s, c, 0] = (parent - child) / np.float64(n)
+
+
 @njit(cache=True, parallel=True)
 def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
                    per_position, n_blocks, q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
@@ -145,6 +178,11 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
     out = np.full((n_nodes, rho, n_cfg), -np.inf)
     thresholds = np.empty((n_nodes, rho, k), dtype=np.float32)
     n_pairs = n_nodes * rho
+    # Extremely randomized trees on two classes without weights, the commonest case, take a scan with no bin
+    # tables: its arithmetic is `_bin_node` + `_score_configs`' for one threshold, term by term (same gains).
+    two_class_ert = (per_position and criterion <= GINI and unit_weights and k == 1 and n_stats == 2
+                     and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
+    gini = criterion == GINI
     perm = _pairs_by_row(rows)
     n_work = min(n_pairs, N_WORK_BLOCKS)
     for blk in prange(n_work):
@@ -187,6 +225,9 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
                 thr[i] = t
             for j in range(k):
                 thresholds[s, c, j] = thr[j]
+            if two_class_ert:
+                _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
+                continue
             w_node = _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion, labels, targets,
                                n_blocks, q, cum, ccount)
             if w_node <= 0.0:

@@ -30,8 +30,8 @@ from imageforest.forest.split_search import (
     lifted_gain_table,
     partition_configs,
     partition_segments,
-    segment_min_max,
     segment_class_counts,
+    segment_min_max,
     segment_stats,
 )
 from imageforest.forest.storage import ForestArrays
