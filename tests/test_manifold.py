@@ -66,3 +66,52 @@ def test_bad_parameters(roll):
         ManifoldForest(affinity="cosine").fit(X)
     with pytest.raises(InvalidInputError, match="n_components"):
         ManifoldForest(n_components=0).fit(X)
+
+
+def test_geodesic_embedding_unrolls_the_roll_as_isomap_does(roll):
+    from sklearn.manifold import Isomap
+
+    X, t, Xn, tn = roll
+    forest = ManifoldForest(2, embedding="geodesic", n_trees=30, random_state=0)
+    E = forest.fit_transform(X)
+    ours = trustworthiness(X, E, n_neighbors=10)
+    laplacian = trustworthiness(X, ManifoldForest(2, n_trees=30, random_state=0).fit_transform(X), n_neighbors=10)
+    isomap = trustworthiness(X, Isomap(n_neighbors=8, n_components=2).fit_transform(X), n_neighbors=10)
+    assert ours > 0.99 and ours > isomap - 0.01 and ours > laplacian
+    # The long axis is the position along the roll, the short one its height.
+    assert abs(np.corrcoef(E[:, 0], t)[0, 1]) > 0.95
+    assert abs(np.corrcoef(E[:, 1], X[:, 1])[0, 1]) > 0.75
+    ev = forest.eigenvalues_
+    assert ev[0] > ev[1] > 2 * ev[2] > 0  # two dimensions carry most of the variance
+    assert abs(np.corrcoef(forest.transform(Xn)[:, 0], tn)[0, 1]) > 0.95
+    again = ManifoldForest(2, embedding="geodesic", n_trees=30, random_state=0).fit_transform(X)
+    assert np.array_equal(again, E)
+
+
+def test_geodesic_embedding_joins_separate_clusters():
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 0.3, (150, 3)), rng.normal(8, 0.3, (150, 3))])
+    E = ManifoldForest(2, embedding="geodesic", n_trees=10, random_state=0).fit_transform(X)
+    assert np.all(np.isfinite(E))
+    # The two clusters stay apart along the first axis.
+    assert abs(E[:150, 0].mean() - E[150:, 0].mean()) > 5 * max(E[:150, 0].std(), E[150:, 0].std())
+
+
+def test_geodesic_round_trip(tmp_path, roll):
+    X, _, Xn, _ = roll
+    forest = ManifoldForest(2, embedding="geodesic", n_neighbours=6, n_trees=5, random_state=0).fit(X)
+    forest.save(tmp_path / "g.npz")
+    loaded = ManifoldForest.load(tmp_path / "g.npz")
+    assert loaded.embedding == "geodesic" and loaded.n_neighbours == 6
+    assert np.array_equal(loaded.embedding_, forest.embedding_)
+    assert np.array_equal(loaded.transform(Xn), forest.transform(Xn))
+
+
+def test_bad_geodesic_parameters(roll):
+    X = roll[0][:200]
+    with pytest.raises(InvalidInputError, match="embedding"):
+        ManifoldForest(embedding="tsne").fit(X)
+    with pytest.raises(InvalidInputError, match="n_neighbours"):
+        ManifoldForest(embedding="geodesic", n_neighbours=0).fit(X)
+    with pytest.raises(InvalidInputError, match="n_landmarks"):
+        ManifoldForest(embedding="geodesic", n_landmarks=1.5).fit(X)

@@ -7,20 +7,33 @@ n x n dense array). The embedding uses the bottom eigenvectors of L = I - T^-1/2
 sparse eigensolver, scaled by T^-1/2 (random-walk normalisation), skipping the constant one. Unseen points are
 mapped by the interpolation of sec. 6.2: per tree, the affinity-weighted mean embedding of the training points in
 the leaf they reach, averaged over trees.
+
+`embedding="geodesic"` answers ch. 6's problem statement (an embedding preserving geodesic distances) directly, with
+the forest defining the neighbourhoods as sec. 6.1 argues: each point is linked to its `n_neighbours` nearest
+points among those that share a leaf with it in some tree (the nonzeros of W), edges weigh their input-space
+length, geodesic distances are shortest paths on that graph (scipy.sparse.csgraph, from `n_landmarks`
+farthest-point landmarks) and landmark multidimensional scaling (de Silva & Tenenbaum) places every point. Laplacian
+eigenmaps need the right pair of eigenvectors (on a swiss roll the second is a harmonic of the first); geodesic
+scaling has no such choice to make.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
+from scipy.sparse.csgraph import connected_components, dijkstra
 from scipy.sparse.linalg import eigsh
+from scipy.spatial import cKDTree
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 
 AFFINITIES = ("binary", "gaussian", "mahalanobis")
+EMBEDDINGS = ("laplacian", "geodesic")
 BINARY, GAUSSIAN, MAHALANOBIS = 0, 1, 2
 
 
@@ -93,6 +106,98 @@ def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, 
     return out
 
 
+@njit(cache=True, parallel=True)
+def _nearest_leaf_mates(indptr, indices, X, k):  # pragma: no cover - numba
+    """Per point, its k nearest (Euclidean) points among its nonzeros of W, (n, k) columns and lengths (-1 / inf
+    where a point has fewer mates). Ties keep the lower column, so the graph does not depend on threads."""
+    n, d = X.shape
+    cols = np.full((n, k), -1, dtype=np.int64)
+    dist = np.full((n, k), np.inf)
+    for i in prange(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j == i:
+                continue
+            acc = 0.0
+            for a in range(d):
+                diff = X[i, a] - X[j, a]
+                acc += diff * diff
+            r = math.sqrt(acc)
+            if r < dist[i, k - 1] or (r == dist[i, k - 1] and j < cols[i, k - 1]):
+                slot = k - 1  # insertion into the sorted list of the k best so far
+                while slot > 0 and (r < dist[i, slot - 1] or (r == dist[i, slot - 1] and j < cols[i, slot - 1])):
+                    dist[i, slot] = dist[i, slot - 1]
+                    cols[i, slot] = cols[i, slot - 1]
+                    slot -= 1
+                dist[i, slot] = r
+                cols[i, slot] = j
+    return cols, dist
+
+
+def neighbourhood_graph(W: sp.csr_matrix, X: np.ndarray, k: int) -> sp.csr_matrix:
+    """Symmetric graph linking each point to its k nearest leaf-mates (W's nonzeros), edges weighted by length.
+
+    Separate pieces (clusters no leaf spans) are joined by their closest pair of points, so every geodesic is
+    finite, as scikit-learn's Isomap does for a disconnected k-nearest-neighbour graph.
+    """
+    W = W.tocsr()
+    cols, dist = _nearest_leaf_mates(W.indptr.astype(np.int64), W.indices.astype(np.int64), X, int(k))
+    n = X.shape[0]
+    ok = cols >= 0
+    rows = np.repeat(np.arange(n), k)[ok.ravel()]
+    G = sp.coo_matrix((np.maximum(dist[ok], 1e-12), (rows, cols[ok])), shape=(n, n)).tocsr()
+    G = G.maximum(G.T)
+    n_parts, part = connected_components(G, directed=False)
+    while n_parts > 1:  # each pass joins every piece to its nearest other piece
+        extra_r, extra_c, extra_d = [], [], []
+        for c in range(n_parts):
+            inside = np.flatnonzero(part == c)
+            outside = np.flatnonzero(part != c)
+            d_out, nearest = cKDTree(X[outside]).query(X[inside])
+            best = int(np.argmin(d_out))
+            extra_r.append(inside[best])
+            extra_c.append(outside[nearest[best]])
+            extra_d.append(max(float(d_out[best]), 1e-12))
+        E = sp.coo_matrix((extra_d, (extra_r, extra_c)), shape=(n, n)).tocsr()
+        G = G.maximum(E).maximum(E.T)
+        n_parts, part = connected_components(G, directed=False)
+    return G
+
+
+def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Landmark multidimensional scaling of the shortest-path distances of graph G.
+
+    Landmarks are picked farthest-first from point 0 (deterministic, spread over the manifold); classical scaling
+    of the landmarks' distances gives the axes, and every point is placed by distance-based triangulation.
+
+    Returns
+    -------
+    (n, n_components) coordinates, and the Gram matrix's largest eigenvalues (descending, up to 10)
+    """
+    n = G.shape[0]
+    n_landmarks = max(min(int(n_landmarks), n), n_components + 1)
+    land = np.empty(n_landmarks, dtype=np.int64)
+    D = np.empty((n_landmarks, n))
+    land[0] = 0
+    D[0] = dijkstra(G, directed=False, indices=0)
+    nearest = D[0].copy()
+    for m in range(1, n_landmarks):  # farthest-point sampling: one shortest-path search per landmark
+        land[m] = int(np.argmax(nearest))
+        D[m] = dijkstra(G, directed=False, indices=land[m])
+        np.minimum(nearest, D[m], out=nearest)
+    D2 = D * D
+    Dl = D2[:, land]
+    J = np.eye(n_landmarks) - 1.0 / n_landmarks
+    vals, vecs = np.linalg.eigh(-0.5 * J @ Dl @ J)
+    top = np.argsort(vals)[::-1]
+    vals, vecs = vals[top], vecs[:, top]
+    if vals[n_components - 1] <= 0:
+        raise InvalidInputError("the geodesic distances do not span n_components dimensions")
+    axes = vecs[:, :n_components] / np.sqrt(vals[:n_components])
+    coords = -0.5 * (D2 - Dl.mean(axis=1)[:, None]).T @ axes
+    return coords, np.clip(vals[:10], 0.0, None)
+
+
 class ManifoldForest(UnsupervisedForestBase):
     """A manifold forest (seeds/000 ch. 6): a scikit-learn-style transformer.
 
@@ -106,6 +211,13 @@ class ManifoldForest(UnsupervisedForestBase):
         Length scale of the Gaussian model; None uses the RMS distance between same-leaf training points.
     n_eigenvalues : int
         How many of the Laplacian's smallest eigenvalues `eigenvalues_` reports, to choose d' by the spectral gap.
+    embedding : {"laplacian", "geodesic"}
+        Laplacian eigenmaps of W (eq. 6.7), or geodesic scaling on the forest's neighbourhood graph (see the module
+        docstring); `affinity` and `epsilon` shape W, whose nonzeros are the geodesic mode's candidate neighbours.
+    n_neighbours : int
+        Geodesic mode: each point's links, its nearest leaf-mates.
+    n_landmarks : int
+        Geodesic mode: shortest-path sources for landmark scaling (cost grows linearly with it).
     n_trees, max_depth, weak_learner, n_candidates, n_thresholds, bootstrap, max_samples, min_samples_split,
     min_samples_leaf, random_state, n_jobs
         As for `DensityForest`; leaves of a few points give a sparse, local affinity graph.
@@ -113,14 +225,16 @@ class ManifoldForest(UnsupervisedForestBase):
     Attributes
     ----------
     embedding_ : (n_samples, n_components)
-    eigenvalues_ : (n_eigenvalues,) ascending eigenvalues of L (the first is ~0)
+    eigenvalues_ : laplacian: (n_eigenvalues,) ascending eigenvalues of L (the first is ~0); geodesic: up to 10
+        largest eigenvalues of the landmarks' Gram matrix, descending (the variance along each axis)
     affinity_matrix_ : scipy.sparse.csr_matrix (n_samples, n_samples), eq. 6.6
     """
 
     _task = "manifold"
 
     def __init__(self, n_components: int = 2, affinity: str = "binary", epsilon: float | None = None,
-                 n_eigenvalues: int = 10, n_trees: int = 50, max_depth: int | None = None,
+                 n_eigenvalues: int = 10, embedding: str = "laplacian", n_neighbours: int = 8,
+                 n_landmarks: int = 300, n_trees: int = 50, max_depth: int | None = None,
                  weak_learner: str = "axis", n_candidates="all", n_thresholds: int | None = 16,
                  bootstrap: bool = False, max_samples=None, min_samples_split: int = 10, min_samples_leaf: int = 5,
                  random_state=None, n_jobs: int | None = None) -> None:
@@ -128,6 +242,9 @@ class ManifoldForest(UnsupervisedForestBase):
         self.affinity = affinity
         self.epsilon = epsilon
         self.n_eigenvalues = n_eigenvalues
+        self.embedding = embedding
+        self.n_neighbours = n_neighbours
+        self.n_landmarks = n_landmarks
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner
@@ -149,6 +266,12 @@ class ManifoldForest(UnsupervisedForestBase):
             raise InvalidInputError(f"affinity must be one of {AFFINITIES}, got {self.affinity!r}")
         if not isinstance(self.n_components, (int, np.integer)) or not 1 <= self.n_components < X.shape[0] - 1:
             raise InvalidInputError(f"n_components must be an integer in [1, n_samples - 2], got {self.n_components}")
+        if self.embedding not in EMBEDDINGS:
+            raise InvalidInputError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
+        for name in ("n_neighbours", "n_landmarks"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
         X64 = X.astype(np.float64)
         objective = Objective.regression(X64, "gaussian")
         grown = self._grow(X, objective, sw)
@@ -165,7 +288,12 @@ class ManifoldForest(UnsupervisedForestBase):
         n = X.shape[0]
         W = sp.coo_matrix((vals / self.forest_.n_trees, (rows, cols)), shape=(n, n)).tocsr()  # sums duplicates
         self.affinity_matrix_ = W
-        self.embedding_, self.eigenvalues_ = self._spectral(W)
+        if self.embedding == "geodesic":
+            G = neighbourhood_graph(W, X64, int(self.n_neighbours))
+            emb, self.eigenvalues_ = landmark_mds(G, int(self.n_components), int(self.n_landmarks))
+            self.embedding_ = _fixed_signs(emb)
+        else:
+            self.embedding_, self.eigenvalues_ = self._spectral(W)
         return self
 
     def _length_scale(self, grown, X: np.ndarray) -> float:
@@ -197,8 +325,7 @@ class ManifoldForest(UnsupervisedForestBase):
         vals, vecs = vals[order], vecs[:, order]
         emb = vecs[:, 1:self.n_components + 1] * d_inv_sqrt[:, None]
         emb /= np.linalg.norm(emb, axis=0, keepdims=True)
-        emb *= np.sign(emb[np.argmax(np.abs(emb), axis=0), np.arange(emb.shape[1])])  # deterministic signs
-        return emb * np.sqrt(n), np.clip(1.0 - vals, 0.0, None)
+        return _fixed_signs(emb) * np.sqrt(n), np.clip(1.0 - vals, 0.0, None)
 
     def fit_transform(self, X, y=None, sample_weight=None) -> np.ndarray:
         """Fit and return the training embedding (n_samples, n_components)."""
@@ -240,3 +367,8 @@ class ManifoldForest(UnsupervisedForestBase):
         self._prec = np.ascontiguousarray(arrays["leaf.precision"], np.float64)
         self.eigenvalues_ = arrays["eigenvalues"]
         self._inv_eps2 = float(arrays["inv_eps2"][0])
+
+
+def _fixed_signs(emb: np.ndarray) -> np.ndarray:
+    """Flip each axis so that its largest-magnitude coordinate is positive (eigenvectors have no sign)."""
+    return emb * np.sign(emb[np.argmax(np.abs(emb), axis=0), np.arange(emb.shape[1])])
