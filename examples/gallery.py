@@ -128,7 +128,6 @@ def density(out: Path) -> None:
 def manifold(out: Path) -> None:
     """Fig. 6.x: swiss-roll embeddings coloured by the true manifold coordinate."""
     from sklearn.datasets import make_swiss_roll
-
     from sklearn.manifold import trustworthiness
 
     X, t = make_swiss_roll(2000, noise=0.05, random_state=0)
