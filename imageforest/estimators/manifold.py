@@ -164,7 +164,8 @@ def neighbourhood_graph(W: sp.csr_matrix, X: np.ndarray, k: int) -> sp.csr_matri
     return G
 
 
-def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int) -> tuple[np.ndarray, np.ndarray]:
+def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int,
+                 n_eigenvalues: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """Landmark multidimensional scaling of the shortest-path distances of graph G.
 
     Landmarks are picked farthest-first from point 0 (deterministic, spread over the manifold); classical scaling
@@ -172,7 +173,7 @@ def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int) -> tuple
 
     Returns
     -------
-    (n, n_components) coordinates, and the Gram matrix's largest eigenvalues (descending, up to 10)
+    (n, n_components) coordinates, and the Gram matrix's `n_eigenvalues` largest eigenvalues (descending)
     """
     n = G.shape[0]
     n_landmarks = max(min(int(n_landmarks), n), n_components + 1)
@@ -195,7 +196,7 @@ def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int) -> tuple
         raise InvalidInputError("the geodesic distances do not span n_components dimensions")
     axes = vecs[:, :n_components] / np.sqrt(vals[:n_components])
     coords = -0.5 * (D2 - Dl.mean(axis=1)[:, None]).T @ axes
-    return coords, np.clip(vals[:10], 0.0, None)
+    return coords, np.clip(vals[:max(int(n_eigenvalues), n_components)], 0.0, None)
 
 
 class ManifoldForest(UnsupervisedForestBase):
@@ -225,8 +226,8 @@ class ManifoldForest(UnsupervisedForestBase):
     Attributes
     ----------
     embedding_ : (n_samples, n_components)
-    eigenvalues_ : laplacian: (n_eigenvalues,) ascending eigenvalues of L (the first is ~0); geodesic: up to 10
-        largest eigenvalues of the landmarks' Gram matrix, descending (the variance along each axis)
+    eigenvalues_ : laplacian: (n_eigenvalues,) ascending eigenvalues of L (the first is ~0); geodesic: the
+        n_eigenvalues largest eigenvalues of the landmarks' Gram matrix, descending (the variance along each axis)
     affinity_matrix_ : scipy.sparse.csr_matrix (n_samples, n_samples), eq. 6.6
     """
 
@@ -290,7 +291,8 @@ class ManifoldForest(UnsupervisedForestBase):
         self.affinity_matrix_ = W
         if self.embedding == "geodesic":
             G = neighbourhood_graph(W, X64, int(self.n_neighbours))
-            emb, self.eigenvalues_ = landmark_mds(G, int(self.n_components), int(self.n_landmarks))
+            emb, self.eigenvalues_ = landmark_mds(G, int(self.n_components), int(self.n_landmarks),
+                                                  int(self.n_eigenvalues))
             self.embedding_ = _fixed_signs(emb)
         else:
             self.embedding_, self.eigenvalues_ = self._spectral(W)
