@@ -173,43 +173,20 @@ def _axis_walk_block(xf, width, flat, thr, root, i0, i1, leaves):  # pragma: no 
 
 
 @njit(cache=True, parallel=True)
-def _axis_apply_kernel(X, table, tree_root):  # pragma: no cover - numba
-    """Leaf id per (point, tree) for axis-aligned tests, from `ForestArrays.packed_axis` (16-byte nodes).
+def _axis_walk_kernel(X, table, tree_root, leaf_table, average):  # pragma: no cover - numba
+    """Walk every point through every tree of `ForestArrays.packed_axis` (16-byte nodes).
 
+    With `average` False: the leaf id per (point, tree), (n, T) int32 (and an empty mean). With `average` True:
+    the mean over trees of the leaf rows of `leaf_table` each point reaches, (n, k), without writing the (n, T)
+    table; each point adds its rows in tree order, so the sums equal `tree_average`'s bit for bit.
     Trees are the outer loop, so one tree's nodes stay in cache while all points descend it in parallel blocks
     (`_axis_walk_block`).
     """
     n = X.shape[0]
     n_trees = tree_root.shape[0]
-    out = np.empty((n, n_trees), dtype=np.int32)
-    flat = table.ravel()
-    thr = flat.view(np.float32)
-    xf = X.ravel()
-    width = np.uint64(X.shape[1])
-    n_blocks = (n + WALK_BLOCK - 1) // WALK_BLOCK
-    for t in range(n_trees):
-        root = np.uint64(tree_root[t])
-        for b in prange(n_blocks):
-            i0 = b * WALK_BLOCK
-            i1 = min(n, i0 + WALK_BLOCK)
-            leaves = np.empty(i1 - i0, dtype=np.int32)
-            _axis_walk_block(xf, width, flat, thr, root, i0, i1, leaves)
-            for i in range(i0, i1):
-                out[i, t] = leaves[i - i0]
-    return out
-
-
-@njit(cache=True, parallel=True)
-def _axis_leaf_average_kernel(X, table, tree_root, leaf_table):  # pragma: no cover - numba
-    """Mean over trees of the leaf rows each point reaches: `_axis_apply_kernel` and `tree_average` in one pass.
-
-    Trees stay the outer loop and each point adds its leaf row in tree order, so the sums equal `tree_average`'s
-    bit for bit; the (n, T) leaf-id table is never written.
-    """
-    n = X.shape[0]
-    n_trees = tree_root.shape[0]
     k = leaf_table.shape[1]
-    out = np.zeros((n, k))
+    ids = np.empty((0 if average else n, n_trees), dtype=np.int32)
+    out = np.zeros((n if average else 0, k))
     flat = table.ravel()
     thr = flat.view(np.float32)
     xf = X.ravel()
@@ -224,12 +201,16 @@ def _axis_leaf_average_kernel(X, table, tree_root, leaf_table):  # pragma: no co
             _axis_walk_block(xf, width, flat, thr, root, i0, i1, leaves)
             for i in range(i0, i1):
                 leaf = leaves[i - i0]
-                for c in range(k):
-                    out[i, c] += leaf_table[leaf, c]
-    for i in prange(n):
-        for c in range(k):
-            out[i, c] /= n_trees
-    return out
+                if average:
+                    for c in range(k):
+                        out[i, c] += leaf_table[leaf, c]
+                else:
+                    ids[i, t] = leaf
+    if average:
+        for i in prange(n):
+            for c in range(k):
+                out[i, c] /= n_trees
+    return ids, out
 
 
 @njit(cache=True, parallel=True)
@@ -344,13 +325,13 @@ class VectorFeatures(FeatureFamily):
     def leaf_average(self, data: np.ndarray, forest: ForestArrays, leaf_table: np.ndarray) -> np.ndarray:
         if self.code == AXIS:
             table, roots = forest.packed_axis()
-            return _axis_leaf_average_kernel(data, table, roots, leaf_table)
+            return _axis_walk_kernel(data, table, roots, leaf_table, True)[1]
         return super().leaf_average(data, forest, leaf_table)
 
     def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
         if self.code == AXIS:
             table, roots = forest.packed_axis()
-            return _axis_apply_kernel(data, table, roots)
+            return _axis_walk_kernel(data, table, roots, np.zeros((1, 1)), False)[0]
         table, roots = forest.packed()
         return _apply_kernel(self.code, data, self.mean, self.inv_std, table, roots)
 
