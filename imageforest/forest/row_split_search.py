@@ -46,7 +46,7 @@ def _pairs_by_row(rows):  # pragma: no cover - numba
     return perm
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion, labels, targets, n_blocks, q, cum,
               ccount):  # pragma: no cover - numba
     """`_bin_pair` for a node's gathered responses vals[:n] whose points sit at positions a.. of the order.
