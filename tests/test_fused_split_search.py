@@ -122,3 +122,14 @@ def test_fused_leaf_average_equals_apply_then_average():
     assert np.array_equal(clf.predict_proba(X), tree_average(clf.apply(X), clf.leaf_posterior_))
     reg = RegressionForest(n_trees=5, n_thresholds=3, leaf_model="constant", random_state=1).fit(X, Y_REG)
     assert np.array_equal(reg.predict(X), tree_average(reg.apply(X), reg.leaf_mean_))
+
+
+def test_node_tables_grow_past_their_bound_and_keep_rows():
+    from imageforest.forest.trainer import _Tables
+
+    t = _Tables(2, a=np.int32, b=(np.float64, 2))
+    t.put(0, a=np.array([1, 2, 3]), b=np.ones((3, 2)))
+    t.put(3, a=np.array([4]), b=7.0)
+    head = t.head(4)
+    assert head["a"].tolist() == [1, 2, 3, 4] and head["a"].dtype == np.int32
+    assert head["b"].tolist() == [[1, 1], [1, 1], [1, 1], [7, 7]]
