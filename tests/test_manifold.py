@@ -115,3 +115,12 @@ def test_bad_geodesic_parameters(roll):
         ManifoldForest(embedding="geodesic", n_neighbours=0).fit(X)
     with pytest.raises(InvalidInputError, match="n_landmarks"):
         ManifoldForest(embedding="geodesic", n_landmarks=1.5).fit(X)
+
+
+def test_geodesic_embedding_of_a_line_leaves_the_unspanned_axis_at_zero():
+    X = np.c_[np.linspace(0, 1, 200), np.zeros(200), np.zeros(200)]
+    E = ManifoldForest(2, embedding="geodesic", n_trees=5, random_state=0).fit_transform(X)
+    assert abs(abs(np.corrcoef(E[:, 0], X[:, 0])[0, 1]) - 1) < 1e-6
+    assert np.all(E[:, 1] == 0)
+    with pytest.raises(InvalidInputError, match="no spread"):
+        ManifoldForest(2, embedding="geodesic", n_trees=3, random_state=0).fit(np.ones((50, 3)))

@@ -173,7 +173,8 @@ def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int,
 
     Returns
     -------
-    (n, n_components) coordinates, and the Gram matrix's `n_eigenvalues` largest eigenvalues (descending)
+    (n, n_components) coordinates (0 along axes the distances do not span), and the Gram matrix's
+    `n_eigenvalues` largest eigenvalues (descending)
     """
     n = G.shape[0]
     n_landmarks = max(min(int(n_landmarks), n), n_components + 1)
@@ -192,9 +193,12 @@ def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int,
     vals, vecs = np.linalg.eigh(-0.5 * J @ Dl @ J)
     top = np.argsort(vals)[::-1]
     vals, vecs = vals[top], vecs[:, top]
-    if vals[n_components - 1] <= 0:
-        raise InvalidInputError("the geodesic distances do not span n_components dimensions")
-    axes = vecs[:, :n_components] / np.sqrt(vals[:n_components])
+    if not vals[0] > 0:
+        raise InvalidInputError("the points have no spread: every geodesic distance is zero")
+    # Axes the distances do not span (1-D data asked for 2 components) carry no variance: coordinate 0, not noise
+    # divided by a vanishing eigenvalue.
+    spanned = vals[:n_components] > 1e-10 * vals[0]
+    axes = np.where(spanned, vecs[:, :n_components] / np.sqrt(np.where(spanned, vals[:n_components], 1.0)), 0.0)
     coords = -0.5 * (D2 - Dl.mean(axis=1)[:, None]).T @ axes
     return coords, np.clip(vals[:max(int(n_eigenvalues), n_components)], 0.0, None)
 
@@ -290,6 +294,8 @@ class ManifoldForest(UnsupervisedForestBase):
         W = sp.coo_matrix((vals / self.forest_.n_trees, (rows, cols)), shape=(n, n)).tocsr()  # sums duplicates
         self.affinity_matrix_ = W
         if self.embedding == "geodesic":
+            if not np.ptp(X64, axis=0).max() > 0:
+                raise InvalidInputError("the points have no spread: every geodesic distance is zero")
             G = neighbourhood_graph(W, X64, int(self.n_neighbours))
             emb, self.eigenvalues_ = landmark_mds(G, int(self.n_components), int(self.n_landmarks),
                                                   int(self.n_eigenvalues))
