@@ -218,7 +218,8 @@ class ManifoldForest(UnsupervisedForestBase):
         How many of the Laplacian's smallest eigenvalues `eigenvalues_` reports, to choose d' by the spectral gap.
     embedding : {"laplacian", "geodesic"}
         Laplacian eigenmaps of W (eq. 6.7), or geodesic scaling on the forest's neighbourhood graph (see the module
-        docstring); `affinity` and `epsilon` shape W, whose nonzeros are the geodesic mode's candidate neighbours.
+        docstring). The geodesic mode reads only which points share a leaf (W's nonzeros), so `affinity` and
+        `epsilon` do not change it.
     n_neighbours : int
         Geodesic mode: each point's links, its nearest leaf-mates.
     n_landmarks : int
