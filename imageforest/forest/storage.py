@@ -26,13 +26,16 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
     """Preorder positions by one depth-first walk per tree, trees one after another.
 
     Children are stored after their parent (checked by `validate`), so every walk ends; the stack never holds
-    more than one pending right child per level. Returns the positions and the number of visits, which equals
-    n_nodes only when every node is reached exactly once (a damaged file may share or orphan nodes).
+    more than one pending right child per level. Returns the positions, the number of visits, which equals
+    n_nodes only when every node is reached exactly once (a damaged file may share or orphan nodes), and the
+    leaves' node indices in visiting order.
     """
     n = child.shape[0]
     pos = np.zeros(n, dtype=np.int64)
     stack = np.empty(n + 1, dtype=np.int64)
+    leaves = np.empty(n, dtype=np.int32)  # only the first n_leaves entries are written (and paged in)
     p = 0
+    n_leaves = 0
     for r in tree_root:
         top = 0
         stack[0] = r
@@ -40,7 +43,7 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
             j = stack[top]
             top -= 1
             if p >= n:  # more visits than nodes: shared subtrees
-                return pos, p + 1
+                return pos, p + 1, leaves[:n_leaves]
             pos[j] = p
             p += 1
             c = child[j]
@@ -48,7 +51,10 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
                 stack[top + 1] = c + 1
                 stack[top + 2] = c
                 top += 2
-    return pos, p
+            else:
+                leaves[n_leaves] = j
+                n_leaves += 1
+    return pos, p, leaves[:n_leaves]
 
 
 @njit(cache=True, parallel=True)
@@ -166,11 +172,20 @@ class ForestArrays:
 
     def _preorder_positions(self) -> np.ndarray:
         """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int64."""
+        return self._preorder_walk()[0]
+
+    def leaves_depth_first(self) -> np.ndarray:
+        """Node index of every leaf in depth-first order (left child first), trees one after another: (n_leaves,)
+        int32. Renumbering leaves (changing `child` at leaves only) leaves it valid."""
+        return self._preorder_walk()[1]
+
+    def _preorder_walk(self) -> tuple[np.ndarray, np.ndarray]:
         cached = self.__dict__.get("_preorder")
         if cached is None:
-            cached, visits = _preorder_kernel(self.child, self.tree_root)
+            pos, visits, leaves = _preorder_kernel(self.child, self.tree_root)
             if visits != self.n_nodes:
                 raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
+            cached = (pos, leaves)
             self.__dict__["_preorder"] = cached
         return cached
 

@@ -417,50 +417,17 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     """Renumber leaves depth-first within each tree, trees one after another.
 
     Growth numbers leaves level by level across all trees, which scatters one tree's rows through every leaf-model
-    table; in tree order, reading a tree's leaf models after `apply` stays within one region of memory.
+    table; in tree order, reading a tree's leaf models after `apply` stays within one region of memory. The order
+    comes from the forest's preorder walk, which `apply`'s traversal table needs anyway (cached, and still valid
+    after renumbering: the tree shapes do not change).
     """
     f = grown.forest
-    node, tree, start, end = _renumber_leaves_depth_first(f.child, f.tree_root, f.leaf_tree, grown.leaf_start,
-                                                          grown.leaf_end)
-    f.leaf_node, f.leaf_tree = node, tree
-    return GrownForest(f, grown.order, grown.wts, start, end)
-
-
-@njit(cache=True)
-def _renumber_leaves_depth_first(child, tree_root, leaf_tree, leaf_start, leaf_end):  # pragma: no cover - numba
-    """One depth-first walk per tree (left child first) gives every leaf its new id in visiting order: `child`
-    is rewritten in place and the leaf tables are returned in the new order.
-
-    A walk instead of sorting the leaves' preorder positions: no node-sized scratch arrays, whose first touch
-    (page faults on millions of nodes) cost more than the walk itself.
-    """
-    n_leaves = leaf_tree.shape[0]
-    node = np.empty(n_leaves, dtype=np.int32)
-    tree = np.empty(n_leaves, dtype=np.int32)
-    start = np.empty(n_leaves, dtype=np.int64)
-    end = np.empty(n_leaves, dtype=np.int64)
-    stack = np.empty(child.shape[0] + 1, dtype=np.int64)  # only the first max_depth + 2 entries are touched
-    r = 0
-    for root in tree_root:
-        top = 0
-        stack[0] = root
-        while top >= 0:
-            j = stack[top]
-            top -= 1
-            c = child[j]
-            if c >= 0:
-                stack[top + 1] = c + 1
-                stack[top + 2] = c
-                top += 2
-            else:
-                old = -c - 1
-                node[r] = j
-                tree[r] = leaf_tree[old]
-                start[r] = leaf_start[old]
-                end[r] = leaf_end[old]
-                child[j] = -r - 1
-                r += 1
-    return node, tree, start, end
+    nodes = f.leaves_depth_first()
+    perm = -f.child[nodes].astype(np.int64) - 1  # their ids from growth
+    f.child[nodes] = -np.arange(nodes.size, dtype=np.int32) - 1
+    f.leaf_node = nodes
+    f.leaf_tree = f.leaf_tree[perm]
+    return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
 
 
 @njit(cache=True, parallel=True)
