@@ -198,12 +198,14 @@ def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
     source = FineSource(ct, small_model.refine_spacing_mm)
     rng = np.random.default_rng(5)
     before, after = [], []
-    for o, refiner in enumerate(small_model.refiners_):
-        assert refiner is not None
+    for o, cascade in enumerate(small_model.refiners_):
+        assert cascade is not None
+        refiner = cascade[0]
         moved = truth[o] + rng.choice([-8.0, 8.0], 6)
-        region = source.region(moved, small_model.refine_margin_mm + small_model.refine_reach_mm)
+        stage = small_model._fine_stages()[0]
+        region = source.region(moved, stage["refine_margin_mm"] + stage["refine_reach_mm"])
         walls, spread = refiner.walls(region, ImageStack.from_images([region], integral=True), moved,
-                                      small_model.refine_margin_mm, 2000, 0.05)
+                                      stage["refine_margin_mm"], 2000, 0.05)
         assert np.all(np.isfinite(spread)) and np.all(spread >= 0)
         before.append(np.abs(moved - truth[o]).mean())
         after.append(np.abs(walls - truth[o]).mean())
@@ -237,6 +239,50 @@ def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms
         OrganLocalizer.load(tmp_path / "bad2.npz")
     with pytest.raises(InvalidInputError):
         OrganLocalizer(list(ORGANS), **{**SMALL, "refine_spacing_mm": 0.1}).fit([ct], [np.zeros((7, 6))])
+
+
+def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, tmp_path: Path):
+    """Two fine stages (the second trained on smaller jitters, closer) round-trip through the model file; a
+    file written before the cascade (one forest per organ, listed as a dict) loads as a one-stage cascade."""
+    from imageforest.forest.serialization import load_model, save_model
+
+    scans = [c for c, _ in phantoms[:3]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:3]]
+    cascade = {**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": (2, 2), "refine_jitter_mm": (6.0, 3.0),
+               "refine_margin_mm": (10.0, 6.0), "refine_reach_mm": (30.0, 20.0), "refine_min_samples_leaf": 20}
+    model = OrganLocalizer(list(ORGANS), **cascade).fit(scans, truths)
+    assert all(len(c) == 2 for c in model.refiners_)
+    assert model.refiners_[0][1].reach_mm == 20.0 and model.refiners_[0][0].reach_mm == 30.0
+    model.save(tmp_path / "m.npz")
+    again = OrganLocalizer.load(tmp_path / "m.npz")
+    assert again.refine_margin_mm == (10.0, 6.0) and again.refine_min_samples_leaf == 20
+    ct = phantoms[6][0]
+    for a, b in zip(model.localize(ct).organs, again.localize(ct).organs, strict=True):
+        np.testing.assert_array_equal(a.box_mm, b.box_mm)
+    # The second stage moves boxes: without it the answer differs.
+    one = copy.copy(model)
+    one.refiners_ = [c[:1] for c in model.refiners_]
+    for name in ("refine_trees", "refine_jitter_mm", "refine_margin_mm", "refine_reach_mm"):
+        setattr(one, name, getattr(model, name)[0])
+    moved = [not np.array_equal(a.box_mm, b.box_mm) for a, b in
+             zip(model.localize(ct).organs, one.localize(ct).organs, strict=True) if a.present]
+    assert any(moved)
+    # Pre-cascade layout: one hyper-parameter dict per organ and scalar settings.
+    meta, arrays = load_model(tmp_path / "m.npz")
+    old_meta = {**meta, "refiners": [c[0] for c in meta["refiners"]],
+                "hyper_parameters": {**meta["hyper_parameters"], "refine_trees": 2, "refine_jitter_mm": 6.0,
+                                     "refine_margin_mm": 10.0, "refine_reach_mm": 30.0}}
+    old_arrays = {k: v for k, v in arrays.items() if ".stage2." not in k}
+    save_model(tmp_path / "old.npz", old_meta, old_arrays)
+    old = OrganLocalizer.load(tmp_path / "old.npz")
+    for a, b in zip(old.localize(ct).organs, one.localize(ct).organs, strict=True):
+        np.testing.assert_array_equal(a.box_mm, b.box_mm)
+    # Settings that disagree with the stored forests, or per-stage tuples of different lengths, are refused.
+    save_model(tmp_path / "bad.npz", {**meta, "refiners": old_meta["refiners"]}, arrays)
+    with pytest.raises(ModelFormatError, match="fine-stage"):
+        OrganLocalizer.load(tmp_path / "bad.npz")
+    with pytest.raises(InvalidInputError, match="one value per fine stage"):
+        OrganLocalizer(list(ORGANS), **{**cascade, "refine_reach_mm": (30.0, 20.0, 10.0)}).fit(scans, truths)
 
 
 def test_second_stage_off_answers_from_the_first(phantoms):

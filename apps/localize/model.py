@@ -50,6 +50,9 @@ SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor
 MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
 PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
 COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (std > 250 mm) carry no position
+# Settings of the fine stages that may differ from stage to stage (a scalar applies to every stage).
+FINE_STAGE_SETTINGS = ("refine_trees", "refine_min_samples_leaf", "refine_margin_mm", "refine_reach_mm",
+                       "refine_jitter_mm")
 
 
 @dataclass
@@ -118,15 +121,20 @@ class OrganLocalizer(PlainTrees):
     refine_spacing_mm : float
         Fine grid of the second, organ-centred stage (`apps.localize.refine`); 0 turns the stage off.
     refine_trees, refine_depth, refine_min_samples_leaf
-        T, D and leaf size of each organ's second-stage forest.
+        T, D and leaf size of each organ's fine-stage forests.
     refine_margin_mm, refine_reach_mm
-        Voxels within the margin of the first-stage box vote; their features reach this far.
+        Voxels within the margin of the previous stage's box vote; their features reach this far.
     refine_jitter_mm
-        Training regions sit around the true box moved by N(0, jitter) per wall (a first-stage error).
+        Training regions sit around the true box moved by N(0, jitter) per wall (the previous stage's error).
     refine_points, refine_votes
         Voxels per training scan and organ; most voxels that vote per organ at test time.
     refine_fraction, refine_passes
-        Share of the second-stage votes kept per wall; how many times the stage re-centres on its own box.
+        Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
+
+    The fine stages form a cascade: `refine_trees`, `refine_min_samples_leaf`, `refine_margin_mm`,
+    `refine_reach_mm` and `refine_jitter_mm` may be tuples with one entry per stage (a scalar serves every stage);
+    each stage starts from the box of the one before, and later stages are trained on smaller jitters, so they
+    learn to correct smaller errors from a closer look.
     """
 
     _task = "organ-localization"
@@ -140,10 +148,10 @@ class OrganLocalizer(PlainTrees):
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
                  edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.5,
-                 refine_spacing_mm: float = 2.0, refine_trees: int = 4, refine_depth: int | None = 12,
-                 refine_min_samples_leaf: int = 50, refine_margin_mm: float = 10.0, refine_reach_mm: float = 30.0,
-                 refine_jitter_mm: float = 6.0, refine_points: int = 600, refine_votes: int = 2000,
-                 refine_fraction: float = 0.05, refine_passes: int = 1, random_state=None,
+                 refine_spacing_mm: float = 2.0, refine_trees: int | tuple = 4, refine_depth: int | None = 12,
+                 refine_min_samples_leaf: int | tuple = 50, refine_margin_mm: float | tuple = 10.0,
+                 refine_reach_mm: float | tuple = 30.0, refine_jitter_mm: float | tuple = 6.0, refine_points: int = 600,
+                 refine_votes: int = 2000, refine_fraction: float = 0.05, refine_passes: int = 1, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -205,6 +213,21 @@ class OrganLocalizer(PlainTrees):
         for name in ("refine_points", "refine_votes", "refine_passes"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1")
+        for stage in self._fine_stages():
+            if int(stage["refine_trees"]) < 1 or int(stage["refine_min_samples_leaf"]) < 1:
+                raise InvalidInputError("refine_trees and refine_min_samples_leaf must be >= 1")
+            if min(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) < 0:
+                raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be >= 0")
+
+    def _fine_stages(self) -> list[dict]:
+        """Per fine stage, its `FINE_STAGE_SETTINGS` (tuples give one entry per stage, scalars serve all)."""
+        values = {name: np.atleast_1d(np.asarray(getattr(self, name), dtype=np.float64)).tolist()
+                  for name in FINE_STAGE_SETTINGS}
+        n = max(len(v) for v in values.values())
+        odd = [name for name, v in values.items() if len(v) not in (1, n)]
+        if odd:
+            raise InvalidInputError(f"{', '.join(odd)}: give one value per fine stage ({n}) or a single value")
+        return [{name: v[0] if len(v) == 1 else v[s] for name, v in values.items()} for s in range(n)]
 
     def fit(self, scans: list[Image], truths: list, progress=None) -> OrganLocalizer:
         """Grow the forest on CT scans and their organ truth.
@@ -227,7 +250,9 @@ class OrganLocalizer(PlainTrees):
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
-        fine = [([], [], []) for _ in range(n_org)]  # per organ: regions, points, targets of the second stage
+        stages = self._fine_stages()
+        # per organ and fine stage: regions, points, targets
+        fine = [[([], [], []) for _ in stages] for _ in range(n_org)]
         t0 = time.perf_counter()
         for k, (scan, truth) in enumerate(zip(scans, truths, strict=True)):
             work = working_image(scan, float(self.spacing_mm))
@@ -278,35 +303,42 @@ class OrganLocalizer(PlainTrees):
             grown, Y, np.concatenate(known), n_org)
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
         self.refiners_ = [None] * n_org
-        for o, (regions, pts_o, y_o) in enumerate(fine):
-            if regions:
-                refiner = self._refiner(int(rng.integers(2**31))).fit(regions, np.concatenate(pts_o),
-                                                                       np.concatenate(y_o))
-                self.refiners_[o] = refiner
-                say(f"second stage, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
+        for o in range(n_org):
+            if not fine[o][0][0]:
+                continue
+            cascade = []
+            for s, stage in enumerate(stages):
+                regions, pts_o, y_o = fine[o][s]
+                refiner = self._refiner(int(rng.integers(2**31)), stage).fit(regions, np.concatenate(pts_o),
+                                                                              np.concatenate(y_o))
+                cascade.append(refiner)
+                say(f"fine stage {s + 1}, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
                     f"regions ({time.perf_counter() - t0:.0f} s)")
-            fine[o] = ([], [], [])  # free the regions as we go
+                fine[o][s] = ([], [], [])  # free the regions as we go
+            self.refiners_[o] = cascade
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
 
-    def _refiner(self, seed: int) -> WallRefiner:
-        return WallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(self.refine_trees),
+    def _refiner(self, seed: int, stage: dict) -> WallRefiner:
+        return WallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(stage["refine_trees"]),
                            max_depth=self.refine_depth, n_candidates=self.n_candidates, n_thresholds=self.n_thresholds,
-                           min_samples_leaf=int(self.refine_min_samples_leaf), reach_mm=float(self.refine_reach_mm),
-                           box_size_mm=(float(self.refine_spacing_mm), 20.0), random_state=seed, n_jobs=self.n_jobs)
+                           min_samples_leaf=int(stage["refine_min_samples_leaf"]),
+                           reach_mm=float(stage["refine_reach_mm"]), box_size_mm=(float(self.refine_spacing_mm), 20.0),
+                           random_state=seed, n_jobs=self.n_jobs)
 
     def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator) -> None:
-        """Add one scan's second-stage regions (around each contoured organ's jittered box) to `fine`."""
+        """Add one scan's fine-stage regions (around each contoured organ's jittered box) to `fine`."""
         source = FineSource(scan, float(self.refine_spacing_mm))
         for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
-            region, zyx, y = training_region(source, boxes[o], float(self.refine_jitter_mm),
-                                             float(self.refine_margin_mm), float(self.refine_reach_mm),
-                                             int(self.refine_points), rng)
-            regions, pts, targets = fine[o]
-            pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
-            targets.append(y)
-            regions.append(region)
+            for s, stage in enumerate(self._fine_stages()):
+                region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
+                                                 stage["refine_margin_mm"], stage["refine_reach_mm"],
+                                                 int(self.refine_points), rng)
+                regions, pts, targets = fine[o][s]
+                pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
+                targets.append(y)
+                regions.append(region)
 
     def _floor(self) -> float:
         return float(self.spacing_mm) ** 2
@@ -358,7 +390,7 @@ class OrganLocalizer(PlainTrees):
         if todo:
             # One fine region covers every organ to refine (head-and-neck organs overlap): one resampling and
             # one integral image per scan; passes after the first re-centre inside it (hence the extra margin).
-            pad = float(self.refine_margin_mm) + float(self.refine_reach_mm)
+            pad = max(st["refine_margin_mm"] + st["refine_reach_mm"] for st in self._fine_stages())
             boxes = np.array([organs[o].box_mm for o in todo])
             union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
             region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
@@ -370,15 +402,16 @@ class OrganLocalizer(PlainTrees):
 
     def _refine(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack, extent: np.ndarray,
                 edges: np.ndarray) -> None:
-        """Replace a present organ's first-stage walls with the second stage's (then the body-edge prior and
+        """Replace a present organ's first-stage walls with the fine stages' (then the body-edge prior and
         the scan's faces, as in `_vote`)."""
         box, spread = estimate.box_mm, estimate.box_std_mm
-        for _ in range(int(self.refine_passes)):
-            new, new_spread = self.refiners_[o].walls(region, stack, box, float(self.refine_margin_mm),
-                                                      int(self.refine_votes), float(self.refine_fraction))
-            if not np.all(np.isfinite(new_spread)):
-                break
-            box, spread = new, new_spread
+        for refiner, stage in zip(self.refiners_[o], self._fine_stages(), strict=True):
+            for _ in range(int(self.refine_passes)):
+                new, new_spread = refiner.walls(region, stack, box, stage["refine_margin_mm"],
+                                                int(self.refine_votes), float(self.refine_fraction))
+                if not np.all(np.isfinite(new_spread)):
+                    break
+                box, spread = new, new_spread
         box, spread = box.copy(), spread.copy()
         for k in np.flatnonzero(self._edge_prior[o]):
             box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
@@ -439,16 +472,16 @@ class OrganLocalizer(PlainTrees):
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
         arrays = {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
                   "leaf.cov": self.leaf_cov_, "edge.offsets": self.edge_offsets_}
-        for o, refiner in enumerate(getattr(self, "refiners_", None) or []):
-            if refiner is not None:
-                arrays.update(refiner.to_arrays(f"refine.{o}."))
+        for o, cascade in enumerate(getattr(self, "refiners_", None) or []):
+            for s, refiner in enumerate(cascade or []):
+                arrays.update(refiner.to_arrays(_fine_prefix(o, s)))
         return arrays
 
     def _extra_metadata(self) -> dict:
         refiners = getattr(self, "refiners_", None) or []
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
                 "training_summary": getattr(self, "training_summary_", {}),
-                "refiners": [None if r is None else r.to_meta() for r in refiners]}
+                "refiners": [None if c is None else [r.to_meta() for r in c] for c in refiners]}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         n_leaves = self.forest_.n_leaves
@@ -472,19 +505,34 @@ class OrganLocalizer(PlainTrees):
         self.leaf_cov_ = arrays["leaf.cov"]
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
-        # Files written before the second stage existed have no refiners: they load with the first stage only.
+        # Files written before the second stage existed have no refiners: they load with the first stage only;
+        # files written before the cascade hold one stage per organ (a dict instead of a list).
         refiners = meta.get("refiners") or []
         if len(refiners) not in (0, n_org):
             raise ModelFormatError(f"the file lists {len(refiners)} second-stage forests for {n_org} organs")
-        self.refiners_ = [None if h is None else WallRefiner.from_arrays(h, arrays, f"refine.{o}.")
-                          for o, h in enumerate(refiners)] or [None] * n_org
+        cascades = [None if h is None else [h] if isinstance(h, dict) else list(h) for h in refiners]
+        n_stages = {len(c) for c in cascades if c is not None}
+        if len(n_stages) > 1 or 0 in n_stages or (n_stages and n_stages != {len(self._fine_stages())}):
+            raise ModelFormatError("the file's fine-stage forests do not match its fine-stage settings")
+        self.refiners_ = [None if c is None else [WallRefiner.from_arrays(h, arrays, _fine_prefix(o, s))
+                                                  for s, h in enumerate(c)]
+                          for o, c in enumerate(cascades)] or [None] * n_org
         self._derive()
 
     @classmethod
     def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> OrganLocalizer:
         hyper = dict(hyper)
         hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (4.0, 40.0)))
+        for name in FINE_STAGE_SETTINGS:  # JSON gives lists back for per-stage tuples
+            if isinstance(hyper.get(name), list):
+                hyper[name] = tuple(hyper[name])
         return cls(**hyper)
+
+
+def _fine_prefix(organ: int, stage: int) -> str:
+    """Array-name prefix of an organ's fine-stage forest in model files (the first stage keeps the name it had
+    before the cascade, so older files load)."""
+    return f"refine.{organ}." if stage == 0 else f"refine.{organ}.stage{stage + 1}."
 
 
 def inside(box: np.ndarray, extent: np.ndarray) -> np.ndarray:
