@@ -18,7 +18,9 @@ votes per wall, without the prior): an organ of which less than min_visible of t
 inside the scan is reported absent (a slab cut just below the parotids still has voxels that recall them).
 
 A second, organ-centred stage (`apps.localize.refine`) then re-votes the walls of every organ found, on a 2 mm grid
-around its box, with a small forest of its own per organ; the body-edge prior and the scan's faces apply again.
+around its box, with a small forest of its own per organ; a third stage of the same kind, trained on smaller
+errors, does it again from the second's box with a closer look (a cascade of fine stages); the body-edge prior and
+the scan's faces apply again.
 """
 
 from __future__ import annotations
@@ -149,10 +151,10 @@ class OrganLocalizer(PlainTrees):
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
                  edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.5,
                  refine_spacing_mm: float = 2.0, refine_trees: int | tuple = 4, refine_depth: int | None = 12,
-                 refine_min_samples_leaf: int | tuple = 50, refine_margin_mm: float | tuple = 10.0,
-                 refine_reach_mm: float | tuple = 30.0, refine_jitter_mm: float | tuple = 6.0, refine_points: int = 600,
-                 refine_votes: int = 2000, refine_fraction: float = 0.05, refine_passes: int = 1, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
+                 refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
+                 refine_points: int = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
+                 refine_passes: int = 1, random_state=None, n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
