@@ -411,7 +411,7 @@ class OrganLocalizer(PlainTrees):
         for refiner, stage in zip(self.refiners_[o], self._fine_stages(), strict=True):
             # A stage learnt to undo errors of about its training jitter; a far larger move means the scan is
             # unlike its training scans (a synthetic phantom: the third stage moved walls by 20 mm where on real
-            # scans 99% of its moves are under 18 mm and 90% under 3 mm), so each wall moves at most 3 jitters.
+            # scans 90% of its moves are under 3 mm, 99% under about 18), so each wall moves at most 3 jitters.
             limit = MAX_MOVE_JITTERS * stage["refine_jitter_mm"] if stage["refine_jitter_mm"] > 0 else np.inf
             for _ in range(int(self.refine_passes)):
                 new, new_spread = refiner.walls(region, stack, box, stage["refine_margin_mm"],
@@ -517,9 +517,15 @@ class OrganLocalizer(PlainTrees):
         refiners = meta.get("refiners") or []
         if len(refiners) not in (0, n_org):
             raise ModelFormatError(f"the file lists {len(refiners)} second-stage forests for {n_org} organs")
+        if not all(h is None or isinstance(h, (dict, list)) for h in refiners):
+            raise ModelFormatError("the file's fine-stage entries are neither forests nor lists of them")
         cascades = [None if h is None else [h] if isinstance(h, dict) else list(h) for h in refiners]
         n_stages = {len(c) for c in cascades if c is not None}
-        if len(n_stages) > 1 or 0 in n_stages or (n_stages and n_stages != {len(self._fine_stages())}):
+        try:
+            n_settings = len(self._fine_stages())
+        except InvalidInputError as exc:
+            raise ModelFormatError(f"fine-stage settings: {exc}") from None
+        if len(n_stages) > 1 or 0 in n_stages or (n_stages and n_stages != {n_settings}):
             raise ModelFormatError("the file's fine-stage forests do not match its fine-stage settings")
         self.refiners_ = [None if c is None else [WallRefiner.from_arrays(h, arrays, _fine_prefix(o, s))
                                                   for s, h in enumerate(c)]
