@@ -268,7 +268,7 @@ class OrganLocalizer(PlainTrees):
             full = boxes_in_view(truth, work, n_org)
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
             if refining:
-                self._refine_training(scan, full, fine, rng)
+                self._refine_training(scan, full, fine, rng, stages)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -307,7 +307,7 @@ class OrganLocalizer(PlainTrees):
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
         self.refiners_ = [None] * n_org
         for o in range(n_org):
-            if not fine[o][0][0]:
+            if not fine[o][0][0]:  # no training scan shows the organ: no fine stages for it
                 continue
             cascade = []
             for s, stage in enumerate(stages):
@@ -330,11 +330,13 @@ class OrganLocalizer(PlainTrees):
                            reach_mm=float(stage["refine_reach_mm"]), box_size_mm=(float(self.refine_spacing_mm), 20.0),
                            random_state=seed, n_jobs=self.n_jobs)
 
-    def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator) -> None:
-        """Add one scan's fine-stage regions (around each contoured organ's jittered box) to `fine`."""
+    def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator,
+                         stages: list[dict]) -> None:
+        """Add one scan's regions for every fine stage in `stages` (around each contoured organ's box, jittered
+        by the stage's jitter) to `fine`."""
         source = FineSource(scan, float(self.refine_spacing_mm))
         for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
-            for s, stage in enumerate(self._fine_stages()):
+            for s, stage in enumerate(stages):
                 region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
                                                  stage["refine_margin_mm"], stage["refine_reach_mm"],
                                                  int(self.refine_points), rng)
@@ -393,22 +395,23 @@ class OrganLocalizer(PlainTrees):
         if todo:
             # One fine region covers every organ to refine (head-and-neck organs overlap): one resampling and
             # one integral image per scan; passes after the first re-centre inside it (hence the extra margin).
-            pad = max(st["refine_margin_mm"] + st["refine_reach_mm"] for st in self._fine_stages())
+            stages = self._fine_stages()
+            pad = max(st["refine_margin_mm"] + st["refine_reach_mm"] for st in stages)
             boxes = np.array([organs[o].box_mm for o in todo])
             union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
             region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
             stack = ImageStack.from_images([region], integral=True)
             for o in todo:
-                self._refine(o, organs[o], region, stack, extent, edges)
+                self._refine(o, organs[o], region, stack, extent, edges, stages)
         t4 = time.perf_counter()
         return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2, "refine": t4 - t3})
 
     def _refine(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack, extent: np.ndarray,
-                edges: np.ndarray) -> None:
-        """Replace a present organ's first-stage walls with the fine stages' (then the body-edge prior and
-        the scan's faces, as in `_vote`)."""
+                edges: np.ndarray, stages: list[dict]) -> None:
+        """Replace a present organ's first-stage walls with the fine stages' (`stages`: `_fine_stages()`; then
+        the body-edge prior and the scan's faces, as in `_vote`)."""
         box, spread = estimate.box_mm, estimate.box_std_mm
-        for refiner, stage in zip(self.refiners_[o], self._fine_stages(), strict=True):
+        for refiner, stage in zip(self.refiners_[o], stages, strict=True):
             # A stage learnt to undo errors of about its training jitter; a far larger move means the scan is
             # unlike its training scans (a synthetic phantom: the third stage moved walls by 20 mm where on real
             # scans 90% of its moves are under 3 mm, 99% under about 18), so each wall moves at most 3 jitters.
