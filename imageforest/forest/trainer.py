@@ -217,7 +217,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     leaf_count = 0
     # A tree of m positions has at most 2m - 1 nodes and m leaves (children are never empty).
     node_table = _Tables(2 * order.size + T, params=(np.float64, family.param_width), thr_lo=np.float32,
-                    thr_hi=np.float32, child=np.int32, depth=np.int32, gain=np.float32, weight=np.float64)
+                         thr_hi=np.float32, child=np.int32, depth=np.int32, gain=np.float32, weight=np.float64)
     leaf_table = _Tables(order.size + T, node=np.int32, tree=np.int32, start=np.int64, end=np.int64)
 
     while f_start.size:
@@ -331,10 +331,10 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         leaf_idx = np.flatnonzero(~level.split)
         child[leaf_idx] = -(leaf_count + np.arange(leaf_idx.size)) - 1
         leaf_table.put(leaf_count, node=level_first_id + leaf_idx, tree=f_tree[leaf_idx], start=f_start[leaf_idx],
-                   end=f_end[leaf_idx])
+                       end=f_end[leaf_idx])
         leaf_count += leaf_idx.size
         node_table.put(level_first_id, params=level.params, thr_lo=level.thr_lo, thr_hi=level.thr_hi, child=child,
-                  depth=depth, gain=level.gain, weight=node_w)
+                       depth=depth, gain=level.gain, weight=node_w)
 
         mid = f_start[split_idx] + level.n_left[split_idx]
         new_start = np.empty(2 * split_idx.size, dtype=np.int64)
