@@ -62,3 +62,26 @@ def test_round_trip_and_errors(tmp_path, moons):
         SemiSupervisedForest().fit(X, np.where(partial == 1, -1, partial))
     with pytest.raises(InvalidInputError, match="shape"):
         SemiSupervisedForest().fit(X, partial[:-1])
+    with pytest.raises(InvalidInputError, match="bandwidth"):
+        SemiSupervisedForest(bandwidth=-1.0).fit(X, partial)
+
+
+def test_soft_transduction_beats_the_nearest_labelled_rule_where_classes_overlap():
+    """Four overlapping Gaussian classes, 10 labels each: weighing several labelled leaves by geodesic distance
+    (the default) is more accurate than eq. 7.4's single nearest labelled leaf (bandwidth=0)."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[-1.5, 0], [1.5, 0], [0, 1.5], [0, -1.5]])
+    y = rng.integers(0, 4, 400)
+    X = centres[y] + rng.normal(0, 0.5, (400, 2))
+    yt = rng.integers(0, 4, 1000)
+    Xt = centres[yt] + rng.normal(0, 0.5, (1000, 2))
+    acc = {0.0: [], 5.0: []}
+    for seed in range(6):
+        r = np.random.default_rng(seed)
+        lab = np.concatenate([r.choice(np.flatnonzero(y == c), 10, replace=False) for c in range(4)])
+        partial = np.full(y.size, -1)
+        partial[lab] = y[lab]
+        for bandwidth in acc:
+            forest = SemiSupervisedForest(n_trees=30, bandwidth=bandwidth, random_state=0).fit(X, partial)
+            acc[bandwidth].append(forest.score(Xt, yt))
+    assert np.mean(acc[5.0]) > np.mean(acc[0.0]) + 0.003
