@@ -300,6 +300,15 @@ def test_second_stage_off_answers_from_the_first(phantoms):
     assert model.refiners_ == [None] * 7
     result = model.localize(phantoms[6][0])
     assert any(o.present for o in result.organs)
+    # The fine stages draw from their own random stream: adding them (or changing their settings, here the
+    # voxels per training scan) leaves the first stage's forest and leaves as they were.
+    fine = OrganLocalizer(list(ORGANS), **{**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 1,
+                                           "refine_points": (200, 100)}).fit(scans, truths)
+    assert all(len(c) == 2 for c in fine.refiners_ if c is not None)
+    for key, value in model._leaf_arrays().items():
+        if not key.startswith("refine."):
+            np.testing.assert_array_equal(fine._leaf_arrays()[key], value)
+    np.testing.assert_array_equal(fine.forest_.params, model.forest_.params)
 
 
 def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):

@@ -55,7 +55,7 @@ COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (st
 MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 # Settings of the fine stages that may differ from stage to stage (a scalar applies to every stage).
 FINE_STAGE_SETTINGS = ("refine_trees", "refine_min_samples_leaf", "refine_margin_mm", "refine_reach_mm",
-                       "refine_jitter_mm")
+                       "refine_jitter_mm", "refine_points")
 
 
 @dataclass
@@ -135,9 +135,9 @@ class OrganLocalizer(PlainTrees):
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
 
     The fine stages form a cascade: `refine_trees`, `refine_min_samples_leaf`, `refine_margin_mm`,
-    `refine_reach_mm` and `refine_jitter_mm` may be tuples with one entry per stage (a scalar serves every stage);
-    each stage starts from the box of the one before, and later stages are trained on smaller jitters, so they
-    learn to correct smaller errors from a closer look.
+    `refine_reach_mm`, `refine_jitter_mm` and `refine_points` may be tuples with one entry per stage (a scalar
+    serves every stage); each stage starts from the box of the one before, and later stages are trained on smaller
+    jitters, so they learn to correct smaller errors from a closer look.
     """
 
     _task = "organ-localization"
@@ -154,7 +154,7 @@ class OrganLocalizer(PlainTrees):
                  refine_spacing_mm: float = 2.0, refine_trees: int | tuple = 4, refine_depth: int | None = 12,
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
-                 refine_points: int = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
+                 refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
                  refine_passes: int = 1, random_state=None, n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
@@ -213,12 +213,12 @@ class OrganLocalizer(PlainTrees):
                                     f"got {self.refine_spacing_mm!r}")
         if not 0 < self.refine_fraction <= 1:
             raise InvalidInputError(f"refine_fraction must lie in (0, 1], got {self.refine_fraction!r}")
-        for name in ("refine_points", "refine_votes", "refine_passes"):
+        for name in ("refine_votes", "refine_passes"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1")
         for stage in self._fine_stages():
-            if int(stage["refine_trees"]) < 1 or int(stage["refine_min_samples_leaf"]) < 1:
-                raise InvalidInputError("refine_trees and refine_min_samples_leaf must be >= 1")
+            if min(int(stage["refine_trees"]), int(stage["refine_min_samples_leaf"]), int(stage["refine_points"])) < 1:
+                raise InvalidInputError("refine_trees, refine_min_samples_leaf and refine_points must be >= 1")
             if min(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) < 0:
                 raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be >= 0")
 
@@ -249,7 +249,10 @@ class OrganLocalizer(PlainTrees):
         if len(scans) != len(truths) or not scans:
             raise InvalidInputError(f"give one truth per scan ({len(scans)} scans, {len(truths)} truths)")
         say = progress or (lambda _msg: None)
-        rng = np.random.default_rng(self.random_state)
+        seeds = np.random.SeedSequence(self.random_state)
+        rng = np.random.default_rng(seeds)
+        # The fine stages draw from their own stream, so changing their settings leaves the first stage as it was.
+        fine_rng = np.random.default_rng(seeds.spawn(1)[0])
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
@@ -268,7 +271,7 @@ class OrganLocalizer(PlainTrees):
             full = boxes_in_view(truth, work, n_org)
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
             if refining:
-                self._refine_training(scan, full, fine, rng, stages)
+                self._refine_training(scan, full, fine, fine_rng, stages)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -312,8 +315,8 @@ class OrganLocalizer(PlainTrees):
             cascade = []
             for s, stage in enumerate(stages):
                 regions, pts_o, y_o = fine[o][s]
-                refiner = self._refiner(int(rng.integers(2**31)), stage).fit(regions, np.concatenate(pts_o),
-                                                                              np.concatenate(y_o))
+                seed = int(fine_rng.integers(2**31))
+                refiner = self._refiner(seed, stage).fit(regions, np.concatenate(pts_o), np.concatenate(y_o))
                 cascade.append(refiner)
                 say(f"fine stage {s + 1}, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
                     f"regions ({time.perf_counter() - t0:.0f} s)")
@@ -339,7 +342,7 @@ class OrganLocalizer(PlainTrees):
             for s, stage in enumerate(stages):
                 region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
                                                  stage["refine_margin_mm"], stage["refine_reach_mm"],
-                                                 int(self.refine_points), rng)
+                                                 int(stage["refine_points"]), rng)
                 regions, pts, targets = fine[o][s]
                 pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
                 targets.append(y)
