@@ -249,10 +249,9 @@ class OrganLocalizer(PlainTrees):
         if len(scans) != len(truths) or not scans:
             raise InvalidInputError(f"give one truth per scan ({len(scans)} scans, {len(truths)} truths)")
         say = progress or (lambda _msg: None)
-        seeds = np.random.SeedSequence(self.random_state)
-        rng = np.random.default_rng(seeds)
+        rng = np.random.default_rng(self.random_state)
         # The fine stages draw from their own stream, so changing their settings leaves the first stage as it was.
-        fine_rng = np.random.default_rng(seeds.spawn(1)[0])
+        fine_rng = rng.spawn(1)[0]
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
