@@ -8,8 +8,9 @@ Transduction (sec. 7.3) runs at the level of leaf clusters, so it scales with le
 tree every leaf is linked to its nearest leaves by the symmetric Mahalanobis distance between the leaves' Gaussians
 (eq. 7.4), and geodesic distances D to the labelled leaves follow from shortest paths (scipy.sparse.csgraph). Eq. 7.4
 gives each leaf the class of the geodesically nearest labelled leaf (`bandwidth=0`); by default each labelled leaf
-of the tree instead votes with weight exp(-(D - D_nearest) / h), a soft version of that rule that averages over
-several labelled points where classes overlap and still follows the nearest one across low-density gaps. The
+of the tree instead votes with weight exp(-(D - D_nearest) / h), averaged per class, a soft version of that rule
+that averages over several labelled points where classes overlap and still follows the nearest one across
+low-density gaps. The
 average of the leaves' distributions over trees gives `label_distributions_`.
 Induction (sec. 7.4): leaves hold histograms of the transduced label distributions, so `predict_proba` works for
 unseen points. Active learning (sec. 7.5): `suggest_queries` picks high-entropy points that share few leaves.
@@ -185,7 +186,9 @@ class SemiSupervisedForest(UnsupervisedForestBase):
                 d = dijkstra(graph[lo:hi, lo:hi], directed=False, indices=src - lo)  # (sources, leaves of t)
                 with np.errstate(invalid="ignore"):
                     w = np.where(np.isfinite(d), np.exp(-(d - nearest[lo:hi]) / h), 0.0)
-                scores[lo:hi] = w.T @ counts[src]
+                # Each class's weights are averaged over its labelled points: summed, a class with more labels
+                # would outvote the others wherever the kernel is wide (on data without gaps it took every point).
+                scores[lo:hi] = (w.T @ counts[src]) / np.maximum(counts[src].sum(axis=0), 1.0)
         has_labels = counts.sum(axis=1) > 0
         scores[has_labels] = counts[has_labels]
         total = scores.sum(axis=1, keepdims=True)
