@@ -10,8 +10,7 @@ tree every leaf is linked to its nearest leaves by the symmetric Mahalanobis dis
 gives each leaf the class of the geodesically nearest labelled leaf (`bandwidth=0`); by default each labelled leaf
 of the tree instead votes with weight exp(-(D - D_nearest) / h), averaged per class, a soft version of that rule
 that averages over several labelled points where classes overlap and still follows the nearest one across
-low-density gaps. The
-average of the leaves' distributions over trees gives `label_distributions_`.
+low-density gaps. The average of the leaves' distributions over trees gives `label_distributions_`.
 Induction (sec. 7.4): leaves hold histograms of the transduced label distributions, so `predict_proba` works for
 unseen points. Active learning (sec. 7.5): `suggest_queries` picks high-entropy points that share few leaves.
 """
@@ -167,6 +166,7 @@ class SemiSupervisedForest(UnsupervisedForestBase):
             sources = np.flatnonzero(counts[:, c] > 0)
             if sources.size:
                 geo[c] = dijkstra(graph, directed=False, indices=sources, min_only=True)
+        has_labels = counts.sum(axis=1) > 0
         nearest = geo.min(axis=0)
         reached = np.isfinite(nearest)
         scores = np.zeros((n, C))
@@ -174,7 +174,7 @@ class SemiSupervisedForest(UnsupervisedForestBase):
             scores[np.flatnonzero(reached), np.argmin(geo[:, reached], axis=0)] = 1.0
         else:
             h = max(float(self.bandwidth) * float(np.median(nearest[reached])), 1e-12)
-            labelled_leaves = np.flatnonzero(counts.sum(axis=1) > 0)
+            labelled_leaves = np.flatnonzero(has_labels)
             bounds = np.searchsorted(labelled_leaves, np.r_[tree_first, n])
             # The graph is block-diagonal by tree, so each tree's distances come from its own block: memory
             # (labelled leaves x leaves) per tree rather than over the forest.
@@ -189,7 +189,6 @@ class SemiSupervisedForest(UnsupervisedForestBase):
                 # Each class's weights are averaged over its labelled points: summed, a class with more labels
                 # would outvote the others wherever the kernel is wide (on data without gaps it took every point).
                 scores[lo:hi] = (w.T @ counts[src]) / np.maximum(counts[src].sum(axis=0), 1.0)
-        has_labels = counts.sum(axis=1) > 0
         scores[has_labels] = counts[has_labels]
         total = scores.sum(axis=1, keepdims=True)
         # A leaf no path links to any labelled leaf says nothing: uniform.
