@@ -10,8 +10,9 @@ from apps.localize.evaluate import OrganScores
 from apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
 from apps.localize.phantom import ORGANS, head_neck_phantom
 from apps.localize.report import box_label_map, localization_json
-from apps.localize.scans import OrganSlices, crop_z
+from apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.io import Image
 
 SMALL = dict(n_trees=4, max_depth=10, n_candidates=30, min_samples_leaf=10, points_per_scan=600, crops_per_scan=1,
              random_state=0)
@@ -79,6 +80,10 @@ def test_json_and_mask_follow_the_schema(small_model, phantoms):
                 assert lo < hi and len(e["box_std_mm"][axis]) == 2
             assert all(0 <= i <= j < s for i, j, s in zip(e["box_index"]["min"], e["box_index"]["max"],
                                                             ct.size, strict=True))
+            # box_mm is the outer faces of the extreme voxels of box_index (identity direction here)
+            faces = ct.index_to_physical(np.array([np.array(e["box_index"]["min"]) - 0.5,
+                                                   np.array(e["box_index"]["max"]) + 0.5]))
+            assert np.allclose([e["box_mm"][a] for a in "xyz"], faces.T, atol=0.01)
         else:
             assert "box_mm" not in e
     mask = box_label_map(result, ct)
@@ -273,7 +278,7 @@ def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, 
     for o, (a, b) in enumerate(zip(capped.localize(ct).organs, one.localize(ct).organs, strict=True)):
         free = ~model._edge_prior[o]  # the body-edge prior acts after the cascade
         if a.present:
-            assert np.all(np.abs(a.box_mm - b.box_mm)[free] <= 0.3 + 1e-9)
+            assert np.all(np.abs(a.voted_box_mm - b.voted_box_mm)[free] <= 0.3 + 1e-9)
     # Pre-cascade layout: one hyper-parameter dict per organ and scalar settings.
     meta, arrays = load_model(tmp_path / "m.npz")
     old_meta = {**meta, "refiners": [c[0] for c in meta["refiners"]],
@@ -352,3 +357,23 @@ def test_confident_walls_match_a_plain_reading_of_the_rule():
                 v = pos[rows, WALL_AXIS[k]] + mean[leaves[rows, cols], k]
                 assert boxes[s, k] == pytest.approx(np.median(v))
                 assert spreads[s, k] == pytest.approx(1.4826 * np.median(np.abs(v - np.median(v))))
+
+
+def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
+    # spacing 2 x 3 x 4 mm, origin (10, 0, -5): voxel i's faces along x at 10 + 2 i -+ 1
+    img = Image(np.zeros((20, 20, 20), np.int16), np.array([2.0, 3.0, 4.0]), np.array([10.0, 0.0, -5.0]),
+                np.eye(3))
+    box = np.array([12.4, 19.9, 4.4, 10.6, -3.2, 30.0])
+    snapped = voxel_box(img, box)
+    assert np.allclose(snapped, [13.0, 19.0, 4.5, 10.5, -3.0, 29.0])
+    assert np.all(np.abs(snapped - box) <= np.repeat(img.spacing, 2) / 2 + 1e-9)
+    lo, hi = box_to_index(img, box)
+    assert np.array_equal(box_to_index(img, snapped)[0], lo) and np.array_equal(box_to_index(img, snapped)[1], hi)
+    # a flipped axis (RAS-like x) snaps the same way in physical space
+    flipped = Image(img.array, img.spacing, np.array([48.0, 0.0, -5.0]), np.diag([-1.0, 1.0, 1.0]))
+    assert np.allclose(voxel_box(flipped, box)[:2], [13.0, 19.0])
+    # an oblique grid and a box without finite walls are left alone
+    c, s_ = np.cos(0.3), np.sin(0.3)
+    oblique = Image(img.array, img.spacing, img.origin, np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1.0]]))
+    assert np.array_equal(voxel_box(oblique, box), box)
+    assert np.all(np.isnan(voxel_box(img, np.full(6, np.nan))))

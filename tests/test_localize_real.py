@@ -36,9 +36,14 @@ def test_demo_phantom_is_localized(model):
     result = model.localize(ct)
     found = [o for o in result.organs if o.present]
     assert len(found) >= 5
-    centre_err = [np.linalg.norm(0.5 * (o.box_mm[0::2] + o.box_mm[1::2]) - 0.5 * (truth[k, 0::2] + truth[k, 1::2]))
+    # The method's walls (before they move to voxel faces, at most half a voxel): a synthetic phantom the model
+    # never saw, so coarse agreement only.
+    centre_err = [np.linalg.norm(0.5 * (o.voted_box_mm[0::2] + o.voted_box_mm[1::2])
+                                 - 0.5 * (truth[k, 0::2] + truth[k, 1::2]))
                   for k, o in enumerate(result.organs) if o.present and not np.isnan(truth[k, 0])]
-    assert np.median(centre_err) < 25.0  # a synthetic phantom the model never saw: coarse agreement only
+    assert np.median(centre_err) < 25.0
+    for o in found:
+        assert np.all(np.abs(o.box_mm - o.voted_box_mm) <= np.repeat(ct.spacing, 2) / 2 + 1e-6)
 
 
 @needs_model

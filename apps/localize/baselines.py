@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import SimpleITK as sitk
 
-from apps.localize.scans import body_edges, body_mask, working_image
+from apps.localize.scans import body_edges, body_mask, voxel_box, working_image
 from imageforest.imaging.io import Image
 
 
@@ -45,7 +45,8 @@ class BodyRelativeMeanBox:
     def predict(self, scan: Image) -> tuple[np.ndarray, np.ndarray]:
         body = body_box(working_image(scan, self.spacing_mm))
         lo, size = body[0::2], body[1::2] - body[0::2]
-        return np.repeat(lo, 2) + self.relative_ * np.repeat(size, 2), self.present_.copy()
+        boxes = np.repeat(lo, 2) + self.relative_ * np.repeat(size, 2)
+        return np.array([voxel_box(scan, b) for b in boxes]), self.present_.copy()
 
 
 def _as_sitk(work: Image) -> sitk.Image:
@@ -103,6 +104,6 @@ class MultiAtlasAffine:
         # An organ no atlas holds has an all-NaN column: its median is NaN (absent), which is no cause for a warning.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            median = np.nanmedian(stack, axis=0)
+            median = np.array([voxel_box(scan, b) for b in np.nanmedian(stack, axis=0)])
         present = np.mean(~np.isnan(stack[:, :, 0]), axis=0) >= 0.5
         return median, present

@@ -37,6 +37,7 @@ from apps.localize.scans import (
     body_edges,
     body_mask,
     crop_z,
+    voxel_box,
     voxel_positions,
     working_image,
 )
@@ -68,6 +69,8 @@ class OrganEstimate:
     box_mm: np.ndarray  # (6,) x_lo, x_hi, y_lo, y_hi, z_lo, z_hi; NaN when no confident vote exists
     box_std_mm: np.ndarray  # (6,)
     n_votes: int
+    # (6,) the walls as voted, before `localize` moves them to the outer faces of the scan's voxels (`box_mm`)
+    voted_box_mm: np.ndarray | None = None
 
 
 @dataclass
@@ -405,6 +408,11 @@ class OrganLocalizer(PlainTrees):
             stack = ImageStack.from_images([region], integral=True)
             for o in todo:
                 self._refine(o, organs[o], region, stack, extent, edges, stages)
+        for est in organs:
+            # The schema's box: the outer faces of the voxels the voted box holds (what a label map can give).
+            est.voted_box_mm = est.box_mm
+            if est.present:
+                est.box_mm = voxel_box(scan, est.box_mm)
         t4 = time.perf_counter()
         return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2, "refine": t4 - t3})
 
