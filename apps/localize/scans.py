@@ -93,9 +93,11 @@ def voxel_box(image: Image, box: np.ndarray) -> np.ndarray:
     """`box` (6,) mm moved to the outer faces of the voxels of `image` whose centres it holds (`box_to_index`).
 
     This is the box the JSON schema describes and the one a label map can have: the reference boxes of
-    openkbp-hn are of this kind, so a wall voted within half a voxel of a face lands on it exactly. Walls only
-    move to the nearest face (at most half a voxel). For a grid whose axes are not along x, y, z, the box is
-    returned as it was (its voxel faces are not planes of constant x, y or z).
+    openkbp-hn are of this kind, so a wall voted within half a voxel of a face lands on it exactly. Each wall
+    moves to its nearest face (at most half a voxel), except that a box holding no voxel centre along an axis
+    becomes the one voxel above its lower wall, and walls beyond the scan come back to its faces. For a grid
+    whose axes are not along x, y, z, the box is returned as it was (its voxel faces are not planes of constant
+    x, y or z).
     """
     box = np.asarray(box, dtype=np.float64)
     axis_aligned = np.allclose(np.abs(image.direction), np.abs(np.round(image.direction)), atol=1e-6)
