@@ -10,7 +10,11 @@ accuracy and seconds per scan of
   `--atlas-cases` test cases of every fold (it takes tens of seconds per scan).
 Presence is scored on the full scans (contoured organs must be found) and on two slabs of each test scan
 (upper 60% and lower 50% of its slices: organs cut out of view must be reported absent).
-Prints tables and ratios; `--json` writes every number.
+Prints tables and ratios; `--json` writes every number; `--predictions F.npz` writes, per test scan (full scans,
+in test order), its case name and fold, the reference boxes and every method's boxes and presence, plus the forest's
+walls as voted before they move to voxel faces, so per-case analyses need no retraining (no pickle: names are a
+unicode array; a box counts only where its presence flag is set; NaN reference rows for organs not contoured, NaN
+multi-atlas rows for the scans it did not run).
 """
 
 from __future__ import annotations
@@ -39,11 +43,15 @@ def slabs(scan):
     return [crop_z(scan, nz * 2 // 5, nz), crop_z(scan, 0, nz // 2)]
 
 
-def _predict(method, img) -> tuple[np.ndarray, np.ndarray]:
+def _predict(method, img) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boxes (n_organs, 6) mm, presence (n_organs,) and the walls before the voxel-face step (the boxes for the
+    baselines)."""
     if isinstance(method, OrganLocalizer):
         r = method.localize(img)
-        return np.array([o.box_mm for o in r.organs]), np.array([o.present for o in r.organs])
-    return method.predict(img)
+        voted = np.array([o.voted_box_mm if o.voted_box_mm is not None else o.box_mm for o in r.organs])
+        return np.array([o.box_mm for o in r.organs]), np.array([o.present for o in r.organs]), voted
+    boxes, present = method.predict(img)
+    return boxes, present, boxes
 
 
 def main() -> None:
@@ -56,6 +64,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--predictions", type=Path, default=None, help="per-scan boxes of every method (.npz)")
     args = ap.parse_args()
 
     cases, organs = openkbp_cases(args.cases_dir)
@@ -72,6 +81,9 @@ def main() -> None:
     cut = {m: OrganScores(organs) for m in methods}
     memory = {m: 0.0 for m in methods}
     fit_s = {m: 0.0 for m in methods}
+    n_org = len(organs)
+    per_scan: dict[str, list] = {"case": [], "fold": [], "truth_mm": [], "forest_voted_mm": [],
+                                 **{f"{m}_mm": [] for m in methods}, **{f"{m}_present": [] for m in methods}}
     for f, test_idx in enumerate(folds):
         train_idx = np.setdiff1d(np.arange(len(cases)), test_idx)
         scans = [read_scan(cases[i].scan) for i in train_idx]
@@ -92,14 +104,24 @@ def main() -> None:
             truth = case_truth(cases[i], len(organs))
             t_full = boxes_in_view(truth, scan, len(organs))
             known = ~np.isnan(t_full[:, 0])
+            per_scan["case"].append(cases[i].name)
+            per_scan["fold"].append(f)
+            per_scan["truth_mm"].append(t_full)
             for name, method in (("forest", forest), ("body_mean_box", body), ("multi_atlas", atlas)):
                 if name == "multi_atlas" and j >= args.atlas_cases:
+                    per_scan[f"{name}_mm"].append(np.full((n_org, 6), np.nan))
+                    per_scan[f"{name}_present"].append(np.zeros(n_org, bool))
                     continue
                 for k, img in enumerate([scan, *slabs(scan)]):
                     if name == "multi_atlas" and k > 0:
                         break  # registration of slabs is not what atlases are for; full scans only
                     t_img = t_full if k == 0 else boxes_in_view(truth, img, len(organs))
-                    (pred, present), dt, peak = measure(lambda m=method, im=img: _predict(m, im))
+                    (pred, present, voted), dt, peak = measure(lambda m=method, im=img: _predict(m, im))
+                    if k == 0:
+                        per_scan[f"{name}_mm"].append(pred)
+                        per_scan[f"{name}_present"].append(present)
+                        if name == "forest":
+                            per_scan["forest_voted_mm"].append(voted)
                     memory[name] = max(memory[name], peak / 2**20)
                     (full if k == 0 else cut)[name].add(pred, present, t_img, known, dt if k == 0 else None)
         print(f"fold {f + 1}/{args.folds}: forest {full['forest'].mean_wall_error():.2f} mm, "
@@ -132,6 +154,9 @@ def main() -> None:
         doc["protocol"] = (f"benchmarks/localize_eval.py: {len(cases)} cases, {args.folds}-fold cross-validation, "
                            f"seed {args.seed}; multi-atlas on {args.atlas_cases} test cases per fold")
         args.json.write_text(json.dumps(doc, indent=2))
+    if args.predictions:
+        arrays = {k: np.array(v, dtype=np.str_ if k == "case" else None) for k, v in per_scan.items()}
+        np.savez_compressed(args.predictions, organs=np.array(organs, dtype=np.str_), **arrays)
 
 
 if __name__ == "__main__":
