@@ -103,9 +103,7 @@ def voxel_box(image: Image, box: np.ndarray) -> np.ndarray:
     axis_aligned = np.allclose(np.abs(image.direction), np.abs(np.round(image.direction)), atol=1e-6)
     if not np.all(np.isfinite(box)) or not axis_aligned:
         return box.copy()
-    lo, hi = box_to_index(image, box)
-    faces = image.index_to_physical(np.array([lo - 0.5, hi + 0.5], dtype=np.float64))
-    return np.ravel(np.c_[faces.min(axis=0), faces.max(axis=0)])
+    return index_box_to_mm(image, *box_to_index(image, box))
 
 
 @dataclass
