@@ -48,8 +48,8 @@ def _predict(method, img) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     baselines)."""
     if isinstance(method, OrganLocalizer):
         r = method.localize(img)
-        voted = np.array([o.voted_box_mm if o.voted_box_mm is not None else o.box_mm for o in r.organs])
-        return np.array([o.box_mm for o in r.organs]), np.array([o.present for o in r.organs]), voted
+        return (np.array([o.box_mm for o in r.organs]), np.array([o.present for o in r.organs]),
+                np.array([o.voted_box_mm for o in r.organs]))
     boxes, present = method.predict(img)
     return boxes, present, boxes
 

@@ -69,7 +69,8 @@ class OrganEstimate:
     box_mm: np.ndarray  # (6,) x_lo, x_hi, y_lo, y_hi, z_lo, z_hi; NaN when no confident vote exists
     box_std_mm: np.ndarray  # (6,)
     n_votes: int
-    # (6,) the walls as voted, before `localize` moves them to the outer faces of the scan's voxels (`box_mm`)
+    # (6,) the walls as voted, before `localize` moves them to the outer faces of the scan's voxels (`box_mm`);
+    # every estimate `localize` returns has it
     voted_box_mm: np.ndarray | None = None
 
 
@@ -380,7 +381,7 @@ class OrganLocalizer(PlainTrees):
         pts = _grid_points(mask, int(self.vote_points))
         t1 = time.perf_counter()
         if pts.shape[0] == 0:
-            organs = [OrganEstimate(name, False, 0.0, np.full(6, np.nan), np.full(6, np.nan), 0)
+            organs = [OrganEstimate(name, False, 0.0, np.full(6, np.nan), np.full(6, np.nan), 0, np.full(6, np.nan))
                       for name in self.organs]
             return Localization(organs, work, {"prepare": t1 - t0, "vote": 0.0})
         stack = ImageStack.from_images([work], integral=True)
