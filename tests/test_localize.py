@@ -10,7 +10,14 @@ from apps.localize.evaluate import OrganScores
 from apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
 from apps.localize.phantom import ORGANS, head_neck_phantom
 from apps.localize.report import box_label_map, localization_json
-from apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
+from apps.localize.scans import (
+    OrganSlices,
+    box_to_index,
+    crop_z,
+    left_right_pairs,
+    mirror_left_right,
+    voxel_box,
+)
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 
@@ -377,3 +384,76 @@ def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
     oblique = Image(img.array, img.spacing, img.origin, np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1.0]]))
     assert np.array_equal(voxel_box(oblique, box), box)
     assert np.all(np.isnan(voxel_box(img, np.full(6, np.nan))))
+
+
+def test_left_right_mirror_swaps_paired_organs_and_moves_boxes_with_the_voxels():
+    assert left_right_pairs(["Brainstem", "RightParotid", "LeftParotid"]).tolist() == [0, 2, 1]
+    assert left_right_pairs(["kidney_left", "liver", "kidney_right"]).tolist() == [2, 1, 0]
+    ct, labels = head_neck_phantom(3)
+    truth = OrganSlices.from_labels(labels, list(range(1, 8))).boxes()
+    mirror_of = left_right_pairs(list(ORGANS))
+    for direction in (np.eye(3), np.diag([-1.0, 1.0, 1.0])):  # LPS and an x-flipped (RAS-like) grid
+        scan = Image(ct.array, ct.spacing, ct.origin, direction)
+        lab = Image(labels.array, labels.spacing, labels.origin, direction)
+        boxes = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
+        mirrored, mirrored_boxes = mirror_left_right(scan, boxes, mirror_of)
+        # the mirrored label map, read as it is, has the boxes the function gives for the mirrored scan
+        flipped_labels, _ = mirror_left_right(lab, boxes, mirror_of)
+        swapped = np.zeros_like(flipped_labels.array)
+        for k, m in enumerate(mirror_of):  # organ k of the result is organ m of the mirrored map
+            swapped[flipped_labels.array == m + 1] = k + 1
+        relabelled = Image(swapped, lab.spacing, lab.origin, direction)
+        assert np.allclose(OrganSlices.from_labels(relabelled, list(range(1, 8))).boxes(), mirrored_boxes,
+                           equal_nan=True)
+        assert np.array_equal(mirrored.array, scan.array[:, :, ::-1])
+        assert not np.array_equal(mirrored_boxes, boxes)
+        # sizes are kept; the parotids trade places
+        right, left = ORGANS.index("RightParotid"), ORGANS.index("LeftParotid")
+        assert np.allclose(np.diff(mirrored_boxes[right].reshape(3, 2)), np.diff(boxes[left].reshape(3, 2)))
+    assert np.allclose(truth, OrganSlices.from_labels(labels, list(range(1, 8))).boxes(), equal_nan=True)
+    c, s_ = np.cos(0.3), np.sin(0.3)
+    oblique = Image(ct.array, ct.spacing, ct.origin, np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1.0]]))
+    assert mirror_left_right(oblique, truth, mirror_of) is None
+
+
+def test_mirrored_training_doubles_the_fine_stages_examples(phantoms):
+    scans = [ct for ct, _ in phantoms[:3]]
+    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:3]]
+    settings = {**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 1, "refine_points": 100}
+    messages = {}
+    for mirror in (False, True):
+        lines = []
+        OrganLocalizer(list(ORGANS), **settings, refine_mirror=mirror).fit(scans, truths, progress=lines.append)
+        messages[mirror] = [m for m in lines if m.startswith("fine stage 1, RightParotid")]
+    assert "from 3 regions" in messages[False][0] and "from 6 regions" in messages[True][0]
+
+
+def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_model, tmp_path: Path):
+    from apps.localize.model import TRIU, pack_covariance, unpack_covariance
+    from imageforest.forest.serialization import load_model, save_model
+
+    small_model.save(tmp_path / "m.npz")
+    meta, arrays = load_model(tmp_path / "m.npz")
+    assert "leaf.cov" not in arrays and arrays["leaf.corr"].dtype == np.int8
+    loaded = OrganLocalizer.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(loaded.leaf_cov_, small_model.leaf_cov_)
+    # variances exact; correlations within half a step of 1/127 of the two standard deviations' product
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(50, 6, 6)) * rng.uniform(0.5, 20, (50, 1, 6))
+    full = a.transpose(0, 2, 1) @ a
+    packed = full[:, TRIU[0], TRIU[1]].astype(np.float16)
+    back = unpack_covariance(*pack_covariance(packed)).astype(np.float64)
+    diagonal = TRIU[0] == TRIU[1]
+    np.testing.assert_array_equal(back[:, diagonal], packed[:, diagonal])
+    sd = np.sqrt(packed[:, diagonal].astype(np.float64))
+    bound = sd[:, TRIU[0][~diagonal]] * sd[:, TRIU[1][~diagonal]] * (0.5 / 127 + 1e-3)
+    assert np.all(np.abs(back[:, ~diagonal] - packed[:, ~diagonal]) <= bound)
+    # files written with the float16 covariances themselves still load
+    old = {k: v for k, v in arrays.items() if k not in ("leaf.var", "leaf.corr")}
+    old["leaf.cov"] = small_model.leaf_cov_
+    save_model(tmp_path / "old.npz", meta, old)
+    np.testing.assert_array_equal(OrganLocalizer.load(tmp_path / "old.npz").leaf_cov_, small_model.leaf_cov_)
+    bad = {**arrays, "leaf.corr": arrays["leaf.corr"].astype(np.int16)}
+    save_model(tmp_path / "bad.npz", meta, bad)
+    with pytest.raises(ModelFormatError, match=r"leaf\.corr"):
+        OrganLocalizer.load(tmp_path / "bad.npz")

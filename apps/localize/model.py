@@ -37,6 +37,8 @@ from apps.localize.scans import (
     body_edges,
     body_mask,
     crop_z,
+    left_right_pairs,
+    mirror_left_right,
     voxel_box,
     voxel_positions,
     working_image,
@@ -137,6 +139,10 @@ class OrganLocalizer(PlainTrees):
         Voxels per training scan and organ; most voxels that vote per organ at test time.
     refine_fraction, refine_passes
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
+    refine_mirror : bool
+        Also train the fine stages on every training scan mirrored left-right (organs whose names swap Left and
+        Right swap too; `scans.mirror_left_right`), which doubles their examples; the first stage sees the
+        scans as they are.
 
     The fine stages form a cascade: `refine_trees`, `refine_min_samples_leaf`, `refine_margin_mm`,
     `refine_reach_mm`, `refine_jitter_mm` and `refine_points` may be tuples with one entry per stage (a scalar
@@ -159,7 +165,8 @@ class OrganLocalizer(PlainTrees):
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
                  refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
-                 refine_passes: int = 1, random_state=None, n_jobs: int | None = None) -> None:
+                 refine_passes: int = 1, refine_mirror: bool = False, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
@@ -189,6 +196,7 @@ class OrganLocalizer(PlainTrees):
         self.refine_votes = refine_votes
         self.refine_fraction = refine_fraction
         self.refine_passes = refine_passes
+        self.refine_mirror = refine_mirror
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -260,6 +268,7 @@ class OrganLocalizer(PlainTrees):
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
         stages = self._fine_stages()
+        mirror_of = left_right_pairs(list(self.organs))
         # per organ and fine stage: regions, points, targets
         fine = [[([], [], []) for _ in stages] for _ in range(n_org)]
         t0 = time.perf_counter()
@@ -275,6 +284,9 @@ class OrganLocalizer(PlainTrees):
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
             if refining:
                 self._refine_training(scan, full, fine, fine_rng, stages)
+                mirrored = mirror_left_right(scan, full, mirror_of) if self.refine_mirror else None
+                if mirrored is not None:
+                    self._refine_training(*mirrored, fine, fine_rng, stages)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -308,8 +320,8 @@ class OrganLocalizer(PlainTrees):
         objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=self._floor())
         grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
         say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
-        self.leaf_share_, self.leaf_count_, self.leaf_mean_, self.leaf_cov_ = _organ_leaves(
-            grown, Y, np.concatenate(known), n_org)
+        self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = _organ_leaves(grown, Y, np.concatenate(known), n_org)
+        self.leaf_cov_ = unpack_covariance(*pack_covariance(cov))  # as a model file gives it back
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
         self.refiners_ = [None] * n_org
         for o in range(n_org):
@@ -491,8 +503,9 @@ class OrganLocalizer(PlainTrees):
 
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        variance, correlation = pack_covariance(self.leaf_cov_)
         arrays = {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
-                  "leaf.cov": self.leaf_cov_, "edge.offsets": self.edge_offsets_}
+                  "leaf.var": variance, "leaf.corr": correlation, "edge.offsets": self.edge_offsets_}
         for o, cascade in enumerate(getattr(self, "refiners_", None) or []):
             for s, refiner in enumerate(cascade or []):
                 arrays.update(refiner.to_arrays(_fine_prefix(o, s)))
@@ -508,7 +521,12 @@ class OrganLocalizer(PlainTrees):
         n_leaves = self.forest_.n_leaves
         n_org = len(meta["organs"])
         shapes = {"leaf.share": (n_leaves, n_org), "leaf.count": (n_leaves, n_org),
-                  "leaf.mean": (n_leaves, n_org, 6), "leaf.cov": (n_leaves, n_org, 21)}
+                  "leaf.mean": (n_leaves, n_org, 6)}
+        # Files written before session 11 hold the packed covariance itself (float16, 21 per leaf and organ).
+        if "leaf.cov" in arrays:
+            shapes["leaf.cov"] = (n_leaves, n_org, 21)
+        else:
+            shapes.update({"leaf.var": (n_leaves, n_org, 6), "leaf.corr": (n_leaves, n_org, 15)})
         for key, shape in shapes.items():
             if key not in arrays or arrays[key].shape != shape:
                 raise ModelFormatError(f"leaf array {key} is missing or has the wrong shape")
@@ -523,7 +541,14 @@ class OrganLocalizer(PlainTrees):
         self.leaf_share_ = arrays["leaf.share"]
         self.leaf_count_ = arrays["leaf.count"]
         self.leaf_mean_ = arrays["leaf.mean"]
-        self.leaf_cov_ = arrays["leaf.cov"]
+        if "leaf.cov" in arrays:
+            self.leaf_cov_ = arrays["leaf.cov"]
+        else:
+            if arrays["leaf.corr"].dtype != np.int8 or np.any(arrays["leaf.corr"] == -128):
+                raise ModelFormatError("leaf array leaf.corr must hold int8 correlations in [-127, 127]")
+            if np.any(arrays["leaf.var"] < 0):
+                raise ModelFormatError("leaf array leaf.var holds negative variances")
+            self.leaf_cov_ = unpack_covariance(arrays["leaf.var"], arrays["leaf.corr"])
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
         # Files written before the second stage existed have no refiners: they load with the first stage only;
@@ -625,6 +650,32 @@ def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
         pick = np.linspace(0, zz.size - 1, target).round().astype(np.int64)
         zz, yy, xx = zz[pick], yy[pick], xx[pick]
     return np.c_[zz, yy, xx]
+
+
+def pack_covariance(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A model file's form of leaf covariances (..., 21) (packed upper triangle, `TRIU` order, mm^2): the six
+    variances (..., 6) as float16 and the 15 correlations (..., 15) as int8 steps of 1/127. Only the variances
+    rank votes; the correlations complete each leaf's 6-D Gaussian at 36% of the bytes of float16 covariances."""
+    cov = np.asarray(cov, dtype=np.float64)
+    diagonal = TRIU[0] == TRIU[1]
+    variance = np.maximum(cov[..., diagonal], 0.0)
+    sd = np.sqrt(variance)
+    a, b = TRIU[0][~diagonal], TRIU[1][~diagonal]
+    scale = sd[..., a] * sd[..., b]
+    corr = np.where(scale > 0, cov[..., ~diagonal] / np.where(scale > 0, scale, 1.0), 0.0)
+    return variance.astype(np.float16), np.clip(np.round(corr * 127), -127, 127).astype(np.int8)
+
+
+def unpack_covariance(variance: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    """Leaf covariances (..., 21) float16 (packed upper triangle) from `pack_covariance`'s arrays."""
+    diagonal = TRIU[0] == TRIU[1]
+    var = np.asarray(variance, dtype=np.float64)
+    sd = np.sqrt(var)
+    a, b = TRIU[0][~diagonal], TRIU[1][~diagonal]
+    cov = np.empty((*var.shape[:-1], 21))
+    cov[..., diagonal] = var
+    cov[..., ~diagonal] = correlation.astype(np.float64) / 127 * sd[..., a] * sd[..., b]
+    return np.clip(cov, -COV_MAX, COV_MAX).astype(np.float16)
 
 
 def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
