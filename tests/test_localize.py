@@ -14,8 +14,6 @@ from apps.localize.scans import (
     OrganSlices,
     box_to_index,
     crop_z,
-    left_right_pairs,
-    mirror_left_right,
     voxel_box,
 )
 from imageforest.exceptions import InvalidInputError, ModelFormatError
@@ -384,48 +382,6 @@ def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
     oblique = Image(img.array, img.spacing, img.origin, np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1.0]]))
     assert np.array_equal(voxel_box(oblique, box), box)
     assert np.all(np.isnan(voxel_box(img, np.full(6, np.nan))))
-
-
-def test_left_right_mirror_swaps_paired_organs_and_moves_boxes_with_the_voxels():
-    assert left_right_pairs(["Brainstem", "RightParotid", "LeftParotid"]).tolist() == [0, 2, 1]
-    assert left_right_pairs(["kidney_left", "liver", "kidney_right"]).tolist() == [2, 1, 0]
-    ct, labels = head_neck_phantom(3)
-    truth = OrganSlices.from_labels(labels, list(range(1, 8))).boxes()
-    mirror_of = left_right_pairs(list(ORGANS))
-    for direction in (np.eye(3), np.diag([-1.0, 1.0, 1.0])):  # LPS and an x-flipped (RAS-like) grid
-        scan = Image(ct.array, ct.spacing, ct.origin, direction)
-        lab = Image(labels.array, labels.spacing, labels.origin, direction)
-        boxes = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
-        mirrored, mirrored_boxes = mirror_left_right(scan, boxes, mirror_of)
-        # the mirrored label map, read as it is, has the boxes the function gives for the mirrored scan
-        flipped_labels, _ = mirror_left_right(lab, boxes, mirror_of)
-        swapped = np.zeros_like(flipped_labels.array)
-        for k, m in enumerate(mirror_of):  # organ k of the result is organ m of the mirrored map
-            swapped[flipped_labels.array == m + 1] = k + 1
-        relabelled = Image(swapped, lab.spacing, lab.origin, direction)
-        assert np.allclose(OrganSlices.from_labels(relabelled, list(range(1, 8))).boxes(), mirrored_boxes,
-                           equal_nan=True)
-        assert np.array_equal(mirrored.array, scan.array[:, :, ::-1])
-        assert not np.array_equal(mirrored_boxes, boxes)
-        # sizes are kept; the parotids trade places
-        right, left = ORGANS.index("RightParotid"), ORGANS.index("LeftParotid")
-        assert np.allclose(np.diff(mirrored_boxes[right].reshape(3, 2)), np.diff(boxes[left].reshape(3, 2)))
-    assert np.allclose(truth, OrganSlices.from_labels(labels, list(range(1, 8))).boxes(), equal_nan=True)
-    c, s_ = np.cos(0.3), np.sin(0.3)
-    oblique = Image(ct.array, ct.spacing, ct.origin, np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1.0]]))
-    assert mirror_left_right(oblique, truth, mirror_of) is None
-
-
-def test_mirrored_training_doubles_the_fine_stages_examples(phantoms):
-    scans = [ct for ct, _ in phantoms[:3]]
-    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:3]]
-    settings = {**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 1, "refine_points": 100}
-    messages = {}
-    for mirror in (False, True):
-        lines = []
-        OrganLocalizer(list(ORGANS), **settings, refine_mirror=mirror).fit(scans, truths, progress=lines.append)
-        messages[mirror] = [m for m in lines if m.startswith("fine stage 1, RightParotid")]
-    assert "from 3 regions" in messages[False][0] and "from 6 regions" in messages[True][0]
 
 
 def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_model, tmp_path: Path):

@@ -37,8 +37,6 @@ from apps.localize.scans import (
     body_edges,
     body_mask,
     crop_z,
-    left_right_pairs,
-    mirror_left_right,
     voxel_box,
     voxel_positions,
     working_image,
@@ -139,10 +137,6 @@ class OrganLocalizer(PlainTrees):
         Voxels per training scan and organ; most voxels that vote per organ at test time.
     refine_fraction, refine_passes
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
-    refine_mirror : bool
-        Also train the fine stages on every training scan mirrored left-right (organs whose names swap Left and
-        Right swap too; `scans.mirror_left_right`), which doubles their examples; the first stage sees the
-        scans as they are.
 
     The fine stages form a cascade: `refine_trees`, `refine_min_samples_leaf`, `refine_margin_mm`,
     `refine_reach_mm`, `refine_jitter_mm` and `refine_points` may be tuples with one entry per stage (a scalar
@@ -165,8 +159,7 @@ class OrganLocalizer(PlainTrees):
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
                  refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
-                 refine_passes: int = 1, refine_mirror: bool = False, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 refine_passes: int = 1, random_state=None, n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
@@ -196,7 +189,6 @@ class OrganLocalizer(PlainTrees):
         self.refine_votes = refine_votes
         self.refine_fraction = refine_fraction
         self.refine_passes = refine_passes
-        self.refine_mirror = refine_mirror
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -268,7 +260,6 @@ class OrganLocalizer(PlainTrees):
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
         stages = self._fine_stages()
-        mirror_of = left_right_pairs(list(self.organs))
         # per organ and fine stage: regions, points, targets
         fine = [[([], [], []) for _ in stages] for _ in range(n_org)]
         t0 = time.perf_counter()
@@ -284,9 +275,6 @@ class OrganLocalizer(PlainTrees):
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
             if refining:
                 self._refine_training(scan, full, fine, fine_rng, stages)
-                mirrored = mirror_left_right(scan, full, mirror_of) if self.refine_mirror else None
-                if mirrored is not None:
-                    self._refine_training(*mirrored, fine, fine_rng, stages)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)

@@ -106,40 +106,6 @@ def voxel_box(image: Image, box: np.ndarray) -> np.ndarray:
     return index_box_to_mm(image, *box_to_index(image, box))
 
 
-def left_right_pairs(organs: list[str]) -> np.ndarray:
-    """Per organ, the index of its mirror image: the organ whose name swaps Left and Right (or left and right),
-    itself when there is none. `["RightParotid", "LeftParotid", "Larynx"]` gives [1, 0, 2]."""
-    index = {name: k for k, name in enumerate(organs)}
-    out = np.arange(len(organs))
-    for k, name in enumerate(organs):
-        for a, b in (("Left", "Right"), ("left", "right")):
-            other = name.replace(a, "\0").replace(b, a).replace("\0", b)
-            if other != name and other in index:
-                out[k] = index[other]
-                break
-    return out
-
-
-def mirror_left_right(scan: Image, boxes: np.ndarray, mirror_of: np.ndarray) -> tuple[Image, np.ndarray] | None:
-    """The scan mirrored left-right about its central x plane, and its organ boxes (n_organs, 6) mm mirrored with
-    them (organ k of the result is organ `mirror_of[k]` of the scan mirrored: a right parotid becomes a left one).
-
-    Training on both doubles the examples an organ-centred stage sees. Only grids whose axes lie along x, y, z
-    can be mirrored by reversing an index axis; others give None.
-    """
-    direction = np.asarray(scan.direction)
-    if not np.allclose(np.abs(direction), np.abs(np.round(direction)), atol=1e-6):
-        return None
-    axis = int(np.argmax(np.abs(direction[0])))  # the index axis (x, y, z order) along physical x
-    flipped = np.flip(scan.array, axis=2 - axis)  # the array is (z, y, x)
-    centre = scan.index_to_physical(((np.array(scan.size, dtype=np.float64) - 1) / 2)[None, :])[0][0]
-    image = Image(np.ascontiguousarray(flipped), scan.spacing.copy(), scan.origin.copy(), direction.copy(),
-                  scan.source, [*scan.notes, "mirrored left-right"])
-    mirrored = np.asarray(boxes, dtype=np.float64)[mirror_of].copy()
-    mirrored[:, 0], mirrored[:, 1] = 2 * centre - mirrored[:, 1], 2 * centre - mirrored[:, 0]
-    return image, mirrored
-
-
 @dataclass
 class OrganSlices:
     """Per-slice x/y index bounds of every organ of a label map, so that boxes of any z crop come cheaply.
