@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from apps.localize.baselines import BodyRelativeMeanBox, MultiAtlasAffine
 from apps.localize.evaluate import OrganScores
 from apps.localize.model import OrganLocalizer, boxes_in_view
+from apps.localize.recipe import PARAMETERS
 from apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
-from apps.localize.train_default import PARAMETERS
 from apps.localize.training import case_truth
 from benchmarks._measure import measure
 

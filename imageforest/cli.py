@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.exceptions import ImageForestError
 
 
@@ -133,26 +134,29 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
 @click.option("--organs", default=None,
               help="Comma-separated organ names for label values 1, 2, ... (default: boxes.json's organ_labels).")
-@click.option("--trees", type=int, default=12, show_default=True, help="Trees T.")
-@click.option("--depth", type=int, default=12, show_default=True, help="Maximum depth D.")
-@click.option("--spacing", type=float, default=4.0, show_default=True, help="Working spacing (mm).")
-@click.option("--points-per-scan", type=int, default=800, show_default=True, help="Voxels sampled per scan.")
-@click.option("--refine-spacing", type=float, default=2.0, show_default=True,
-              help="Fine grid (mm) of the second, organ-centred stage; 0 trains the first stage only.")
+@click.option("--trees", type=int, default=RECIPE["n_trees"], show_default=True, help="Trees T.")
+@click.option("--depth", type=int, default=RECIPE["max_depth"], show_default=True, help="Maximum depth D.")
+@click.option("--spacing", type=float, default=RECIPE["spacing_mm"], show_default=True,
+              help="Working spacing (mm).")
+@click.option("--points-per-scan", type=int, default=RECIPE["points_per_scan"], show_default=True,
+              help="Voxels sampled per scan.")
+@click.option("--refine-spacing", type=float, default=RECIPE["refine_spacing_mm"], show_default=True,
+              help="Fine grid (mm) of the organ-centred stages; 0 trains the first stage only.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its model card.")
 def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, depth: int, spacing: float,
                     points_per_scan: int, refine_spacing: float, seed: int, name: str) -> None:
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
-    (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout)."""
+    (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
+    name are the default model's (`apps/localize/recipe.py`)."""
     _check_destination(out, [], False, "--out")
     try:
         from apps.localize.training import train_from_folder
 
-        model = train_from_folder(data_dir, _split_names(organs), n_trees=trees, max_depth=depth,
-                                  spacing_mm=spacing, points_per_scan=points_per_scan,
-                                  refine_spacing_mm=refine_spacing, random_state=seed,
-                                  name=name, progress=lambda msg: click.echo(msg, err=True))
+        params = {**RECIPE, "n_trees": trees, "max_depth": depth, "spacing_mm": spacing,
+                  "points_per_scan": points_per_scan, "refine_spacing_mm": refine_spacing, "random_state": seed}
+        model = train_from_folder(data_dir, _split_names(organs), name=name,
+                                  progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
