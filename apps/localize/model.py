@@ -510,7 +510,7 @@ class OrganLocalizer(PlainTrees):
         n_org = len(meta["organs"])
         shapes = {"leaf.share": (n_leaves, n_org), "leaf.count": (n_leaves, n_org),
                   "leaf.mean": (n_leaves, n_org, 6)}
-        # Files written before session 11 hold the packed covariance itself (float16, 21 per leaf and organ).
+        # Older files hold the packed covariance itself (`leaf.cov`, float16, 21 per leaf and organ).
         if "leaf.cov" in arrays:
             shapes["leaf.cov"] = (n_leaves, n_org, 21)
         else:
@@ -643,7 +643,7 @@ def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
 def pack_covariance(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A model file's form of leaf covariances (..., 21) (packed upper triangle, `TRIU` order, mm^2): the six
     variances (..., 6) as float16 and the 15 correlations (..., 15) as int8 steps of 1/127. Only the variances
-    rank votes; the correlations complete each leaf's 6-D Gaussian at 36% of the bytes of float16 covariances."""
+    rank votes; the correlations complete each leaf's 6-D Gaussian in 27 bytes per leaf and organ instead of 42."""
     cov = np.asarray(cov, dtype=np.float64)
     diagonal = TRIU[0] == TRIU[1]
     variance = np.maximum(cov[..., diagonal], 0.0)
