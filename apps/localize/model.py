@@ -309,7 +309,7 @@ class OrganLocalizer(PlainTrees):
         grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
         say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
         self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = _organ_leaves(grown, Y, np.concatenate(known), n_org)
-        self.leaf_cov_ = unpack_covariance(*pack_covariance(cov))  # as a model file gives it back
+        self.leaf_var_, self.leaf_corr_ = pack_covariance(cov)  # as a model file holds them
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
         self.refiners_ = [None] * n_org
         for o in range(n_org):
@@ -351,6 +351,13 @@ class OrganLocalizer(PlainTrees):
                 targets.append(y)
                 regions.append(region)
 
+    @property
+    def leaf_cov_(self) -> np.ndarray:
+        """(n_leaves, n_organs, 21) float16: each first-stage leaf's covariance of the wall displacements (mm^2,
+        packed upper triangle in `TRIU` order), rebuilt from `leaf_var_` and `leaf_corr_` (voting reads only
+        the variances, so it is built on request)."""
+        return unpack_covariance(self.leaf_var_, self.leaf_corr_)
+
     def _floor(self) -> float:
         return float(self.spacing_mm) ** 2
 
@@ -358,9 +365,8 @@ class OrganLocalizer(PlainTrees):
         """What voting reads: whether enough voxels with the organ reached each leaf; per organ and wall, the
         leaves by increasing variance of that wall's displacement (the 6-D Gaussian's diagonal); leaf means in
         float64; and which walls get the body-edge prior."""
-        diagonal = np.flatnonzero(TRIU[0] == TRIU[1])
         self._votes = self.leaf_count_ >= MIN_LEAF_VOTERS
-        wall_var = self.leaf_cov_[..., diagonal]  # the one-voxel floor added to every leaf changes no order
+        wall_var = self.leaf_var_  # the one-voxel floor added to every leaf changes no order
         # Per organ and wall, all leaves in order of confidence (the variance is the leaf's, not the scan's):
         # voting then walks this order instead of sorting the reached leaves of every scan.
         self._wall_order = np.stack([wall_order(wall_var[:, o], self._votes[:, o])
@@ -491,9 +497,8 @@ class OrganLocalizer(PlainTrees):
 
     # -- model files --------------------------------------------------------------------------------------
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
-        variance, correlation = pack_covariance(self.leaf_cov_)
         arrays = {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
-                  "leaf.var": variance, "leaf.corr": correlation, "edge.offsets": self.edge_offsets_}
+                  "leaf.var": self.leaf_var_, "leaf.corr": self.leaf_corr_, "edge.offsets": self.edge_offsets_}
         for o, cascade in enumerate(getattr(self, "refiners_", None) or []):
             for s, refiner in enumerate(cascade or []):
                 arrays.update(refiner.to_arrays(_fine_prefix(o, s)))
@@ -530,13 +535,13 @@ class OrganLocalizer(PlainTrees):
         self.leaf_count_ = arrays["leaf.count"]
         self.leaf_mean_ = arrays["leaf.mean"]
         if "leaf.cov" in arrays:
-            self.leaf_cov_ = arrays["leaf.cov"]
+            self.leaf_var_, self.leaf_corr_ = pack_covariance(arrays["leaf.cov"])
         else:
             if arrays["leaf.corr"].dtype != np.int8 or np.any(arrays["leaf.corr"] == -128):
                 raise ModelFormatError("leaf array leaf.corr must hold int8 correlations in [-127, 127]")
-            if np.any(arrays["leaf.var"] < 0):
-                raise ModelFormatError("leaf array leaf.var holds negative variances")
-            self.leaf_cov_ = unpack_covariance(arrays["leaf.var"], arrays["leaf.corr"])
+            if arrays["leaf.var"].dtype != np.float16 or np.any(arrays["leaf.var"] < 0):
+                raise ModelFormatError("leaf array leaf.var must hold non-negative float16 variances")
+            self.leaf_var_, self.leaf_corr_ = arrays["leaf.var"], arrays["leaf.corr"]
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
         # Files written before the second stage existed have no refiners: they load with the first stage only;
