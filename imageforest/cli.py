@@ -142,7 +142,8 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
               help="Voxels sampled per scan.")
 @click.option("--refine-spacing", type=float, default=RECIPE["refine_spacing_mm"], show_default=True,
               help="Fine grid (mm) of the organ-centred stages; 0 trains the first stage only.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
+@click.option("--seed", type=int, default=RECIPE["random_state"], show_default=True,
+              help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its model card.")
 def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, depth: int, spacing: float,
                     points_per_scan: int, refine_spacing: float, seed: int, name: str) -> None:
