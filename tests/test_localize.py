@@ -10,12 +10,7 @@ from apps.localize.evaluate import OrganScores
 from apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
 from apps.localize.phantom import ORGANS, head_neck_phantom
 from apps.localize.report import box_label_map, localization_json
-from apps.localize.scans import (
-    OrganSlices,
-    box_to_index,
-    crop_z,
-    voxel_box,
-)
+from apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 

@@ -49,6 +49,9 @@ from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 
 TRIU = np.triu_indices(6)
+# Where the packed upper triangle keeps the six variances, and the wall pairs of the 15 covariances beside them
+TRIU_DIAGONAL = TRIU[0] == TRIU[1]
+TRIU_PAIRS = (TRIU[0][~TRIU_DIAGONAL], TRIU[1][~TRIU_DIAGONAL])
 SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor around max_spread_mm
 MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
 PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
@@ -650,24 +653,20 @@ def pack_covariance(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     variances (..., 6) as float16 and the 15 correlations (..., 15) as int8 steps of 1/127. Only the variances
     rank votes; the correlations complete each leaf's 6-D Gaussian in 27 bytes per leaf and organ instead of 42."""
     cov = np.asarray(cov, dtype=np.float64)
-    diagonal = TRIU[0] == TRIU[1]
-    variance = np.maximum(cov[..., diagonal], 0.0)
+    variance = np.maximum(cov[..., TRIU_DIAGONAL], 0.0)
     sd = np.sqrt(variance)
-    a, b = TRIU[0][~diagonal], TRIU[1][~diagonal]
-    scale = sd[..., a] * sd[..., b]
-    corr = np.where(scale > 0, cov[..., ~diagonal] / np.where(scale > 0, scale, 1.0), 0.0)
+    scale = sd[..., TRIU_PAIRS[0]] * sd[..., TRIU_PAIRS[1]]
+    corr = np.where(scale > 0, cov[..., ~TRIU_DIAGONAL] / np.where(scale > 0, scale, 1.0), 0.0)
     return variance.astype(np.float16), np.clip(np.round(corr * 127), -127, 127).astype(np.int8)
 
 
 def unpack_covariance(variance: np.ndarray, correlation: np.ndarray) -> np.ndarray:
     """Leaf covariances (..., 21) float16 (packed upper triangle) from `pack_covariance`'s arrays."""
-    diagonal = TRIU[0] == TRIU[1]
     var = np.asarray(variance, dtype=np.float64)
     sd = np.sqrt(var)
-    a, b = TRIU[0][~diagonal], TRIU[1][~diagonal]
     cov = np.empty((*var.shape[:-1], 21))
-    cov[..., diagonal] = var
-    cov[..., ~diagonal] = correlation.astype(np.float64) / 127 * sd[..., a] * sd[..., b]
+    cov[..., TRIU_DIAGONAL] = var
+    cov[..., ~TRIU_DIAGONAL] = correlation.astype(np.float64) / 127 * sd[..., TRIU_PAIRS[0]] * sd[..., TRIU_PAIRS[1]]
     return np.clip(cov, -COV_MAX, COV_MAX).astype(np.float16)
 
 
