@@ -41,6 +41,7 @@ from apps.localize.scans import (
     voxel_positions,
     working_image,
 )
+from apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
 from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
@@ -140,6 +141,15 @@ class OrganLocalizer(PlainTrees):
         Voxels per training scan and organ; most voxels that vote per organ at test time.
     refine_fraction, refine_passes
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
+    slice_elongation : float or None
+        Organs whose median training box is at least this many times longer in z than its narrower side get a
+        last, slice-wise stage for their x/y walls (`apps.localize.slices`; needs label maps and the fine
+        stages); None turns it off.
+    slice_trees, slice_min_samples_leaf, slice_margin_mm, slice_reach_mm, slice_points
+        T, leaf size, voter margin, feature reach and training voxels per scan of that stage's forests (their
+        training boxes are jittered by the last fine stage's jitter).
+    slice_fraction, slice_window
+        Share of a slice's votes kept per wall (most confident first); slices in the running median along z.
 
     The fine stages form a cascade: `refine_trees`, `refine_min_samples_leaf`, `refine_margin_mm`,
     `refine_reach_mm`, `refine_jitter_mm` and `refine_points` may be tuples with one entry per stage (a scalar
@@ -162,7 +172,10 @@ class OrganLocalizer(PlainTrees):
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
                  refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
-                 refine_passes: int = 1, random_state=None, n_jobs: int | None = None) -> None:
+                 refine_passes: int = 1, slice_elongation: float | None = 2.5, slice_trees: int = 4,
+                 slice_min_samples_leaf: int = 30, slice_margin_mm: float = 10.0, slice_reach_mm: float = 20.0,
+                 slice_points: int = 800, slice_fraction: float = 0.1, slice_window: int = 5, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
@@ -192,6 +205,14 @@ class OrganLocalizer(PlainTrees):
         self.refine_votes = refine_votes
         self.refine_fraction = refine_fraction
         self.refine_passes = refine_passes
+        self.slice_elongation = slice_elongation
+        self.slice_trees = slice_trees
+        self.slice_min_samples_leaf = slice_min_samples_leaf
+        self.slice_margin_mm = slice_margin_mm
+        self.slice_reach_mm = slice_reach_mm
+        self.slice_points = slice_points
+        self.slice_fraction = slice_fraction
+        self.slice_window = slice_window
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -223,6 +244,16 @@ class OrganLocalizer(PlainTrees):
         for name in ("refine_votes", "refine_passes"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1")
+        if self.slice_elongation is not None and not (isinstance(self.slice_elongation, (int, float))
+                                                      and self.slice_elongation >= 0):
+            raise InvalidInputError(f"slice_elongation must be None (off) or >= 0, got {self.slice_elongation!r}")
+        if not 0 < self.slice_fraction <= 1:
+            raise InvalidInputError(f"slice_fraction must lie in (0, 1], got {self.slice_fraction!r}")
+        for name in ("slice_trees", "slice_min_samples_leaf", "slice_points", "slice_window"):
+            if int(getattr(self, name)) < 1:
+                raise InvalidInputError(f"{name} must be >= 1")
+        if min(self.slice_margin_mm, self.slice_reach_mm) < 0:
+            raise InvalidInputError("slice_margin_mm and slice_reach_mm must be >= 0")
         for stage in self._fine_stages():
             if min(int(stage["refine_trees"]), int(stage["refine_min_samples_leaf"]), int(stage["refine_points"])) < 1:
                 raise InvalidInputError("refine_trees, refine_min_samples_leaf and refine_points must be >= 1")
@@ -257,8 +288,10 @@ class OrganLocalizer(PlainTrees):
             raise InvalidInputError(f"give one truth per scan ({len(scans)} scans, {len(truths)} truths)")
         say = progress or (lambda _msg: None)
         rng = np.random.default_rng(self.random_state)
-        # The fine stages draw from their own stream, so changing their settings leaves the first stage as it was.
+        # The fine stages draw from their own stream, so changing their settings leaves the first stage as it was;
+        # the slice stage from a third (spawning does not advance `rng`).
         fine_rng = rng.spawn(1)[0]
+        slice_rng = rng.spawn(1)[0]
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
@@ -328,6 +361,7 @@ class OrganLocalizer(PlainTrees):
                     f"regions ({time.perf_counter() - t0:.0f} s)")
                 fine[o][s] = ([], [], [])  # free the regions as we go
             self.refiners_[o] = cascade
+        self._fit_slice_stage(scans, truths, slice_rng, say)
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
@@ -353,6 +387,48 @@ class OrganLocalizer(PlainTrees):
                 pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
                 targets.append(y)
                 regions.append(region)
+
+    def _slicer(self, seed: int) -> SliceWallRefiner:
+        return SliceWallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(self.slice_trees),
+                                max_depth=self.refine_depth, n_candidates=self.n_candidates,
+                                n_thresholds=self.n_thresholds, min_samples_leaf=int(self.slice_min_samples_leaf),
+                                reach_mm=float(self.slice_reach_mm), box_size_mm=(float(self.refine_spacing_mm), 20.0),
+                                random_state=seed, n_jobs=self.n_jobs)
+
+    def _fit_slice_stage(self, scans: list[Image], truths: list, rng: np.random.Generator, say) -> None:
+        """Grow `slicers_`: a slice-stage forest for every elongated organ (`slice_elongation`) that some
+        training scan contours, when every truth is a label map (`OrganSlices`) and the fine stages are on.
+        Training regions sit around the true box (of the whole scan) jittered by the last fine stage's jitter."""
+        n_org = len(self.organs)
+        self.slicers_ = [None] * n_org
+        if float(self.refine_spacing_mm) <= 0 or not all(isinstance(t, OrganSlices) for t in truths):
+            return
+        tubes = elongated(np.array([t.boxes() for t in truths]), self.slice_elongation)
+        jitter = self._fine_stages()[-1]["refine_jitter_mm"]
+        data = [([], [], []) for _ in range(n_org)]  # per organ: regions, points, targets
+        t0 = time.perf_counter()
+        for scan, truth in zip(scans, truths, strict=True):
+            boxes = boxes_in_view(truth, scan, n_org)
+            source = FineSource(scan, float(self.refine_spacing_mm))
+            for o in np.flatnonzero(tubes & ~np.isnan(boxes[:, 0])):
+                z_mm, cross = truth.cross_sections(int(o))
+                region, zyx, y = slice_training_region(source, boxes[o], z_mm, cross, jitter,
+                                                       float(self.slice_margin_mm), float(self.slice_reach_mm),
+                                                       int(self.slice_points), rng)
+                if len(zyx):
+                    regions, pts, targets = data[o]
+                    pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
+                    targets.append(y)
+                    regions.append(region)
+        for o in np.flatnonzero(tubes):
+            regions, pts, targets = data[o]
+            if not regions:
+                continue
+            slicer = self._slicer(int(rng.integers(2**31)))
+            self.slicers_[o] = slicer.fit(regions, np.concatenate(pts), np.concatenate(targets))
+            say(f"slice stage, {self.organs[o]}: {slicer.forest_.n_leaves} leaves from {len(regions)} regions "
+                f"({time.perf_counter() - t0:.0f} s)")
+            data[o] = ([], [], [])
 
     @property
     def leaf_cov_(self) -> np.ndarray:
@@ -411,13 +487,17 @@ class OrganLocalizer(PlainTrees):
             # One fine region covers every organ to refine (head-and-neck organs overlap): one resampling and
             # one integral image per scan; passes after the first re-centre inside it (hence the extra margin).
             stages = self._fine_stages()
-            pad = max(st["refine_margin_mm"] + st["refine_reach_mm"] for st in stages)
+            pad = max([st["refine_margin_mm"] + st["refine_reach_mm"] for st in stages]
+                      + [float(self.slice_margin_mm) + float(self.slice_reach_mm)])
             boxes = np.array([organs[o].box_mm for o in todo])
             union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
             region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
             stack = ImageStack.from_images([region], integral=True)
+            slicers = getattr(self, "slicers_", None) or [None] * len(self.organs)
             for o in todo:
                 self._refine(o, organs[o], region, stack, extent, edges, stages)
+                if slicers[o] is not None:
+                    self._slice_walls(o, organs[o], region, stack, extent)
         for est in organs:
             # The schema's box: the outer faces of the voxels the voted box holds (what a label map can give).
             est.voted_box_mm = est.box_mm
@@ -447,6 +527,18 @@ class OrganLocalizer(PlainTrees):
             box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
         estimate.box_mm = inside(box, extent)
         estimate.box_std_mm = spread
+
+    def _slice_walls(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack,
+                     extent: np.ndarray) -> None:
+        """Replace an elongated organ's x/y walls with the slice stage's (z walls stay the cascade's)."""
+        walls, spread = self.slicers_[o].walls(region, stack, estimate.box_mm, float(self.slice_margin_mm),
+                                               float(self.slice_fraction), int(self.slice_window))
+        if not np.all(np.isfinite(spread)):
+            return
+        box, box_spread = estimate.box_mm.copy(), estimate.box_std_mm.copy()
+        box[:4], box_spread[:4] = walls, spread
+        estimate.box_mm = inside(box, extent)
+        estimate.box_std_mm = box_spread
 
     def _vote(self, o: int, votes: Votes, slot: np.ndarray, pos: np.ndarray, extent: np.ndarray,
               edges: np.ndarray) -> OrganEstimate:
@@ -505,13 +597,17 @@ class OrganLocalizer(PlainTrees):
         for o, cascade in enumerate(getattr(self, "refiners_", None) or []):
             for s, refiner in enumerate(cascade or []):
                 arrays.update(refiner.to_arrays(_fine_prefix(o, s)))
+        for o, slicer in enumerate(getattr(self, "slicers_", None) or []):
+            if slicer is not None:
+                arrays.update(slicer.to_arrays(_slice_prefix(o)))
         return arrays
 
     def _extra_metadata(self) -> dict:
         refiners = getattr(self, "refiners_", None) or []
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
                 "training_summary": getattr(self, "training_summary_", {}),
-                "refiners": [None if c is None else [r.to_meta() for r in c] for c in refiners]}
+                "refiners": [None if c is None else [r.to_meta() for r in c] for c in refiners],
+                "slicers": [None if r is None else r.to_meta() for r in getattr(self, "slicers_", None) or []]}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         n_leaves = self.forest_.n_leaves
@@ -565,6 +661,12 @@ class OrganLocalizer(PlainTrees):
         self.refiners_ = [None if c is None else [WallRefiner.from_arrays(h, arrays, _fine_prefix(o, s))
                                                   for s, h in enumerate(c)]
                           for o, c in enumerate(cascades)] or [None] * n_org
+        # Files written before the slice stage existed have none: their organs keep the cascade's x/y walls.
+        slicers = meta.get("slicers") or []
+        if len(slicers) not in (0, n_org) or not all(h is None or isinstance(h, dict) for h in slicers):
+            raise ModelFormatError("the file's slice-stage entries do not give one forest or null per organ")
+        self.slicers_ = [None if h is None else SliceWallRefiner.from_arrays(h, arrays, _slice_prefix(o))
+                         for o, h in enumerate(slicers)] or [None] * n_org
         self._derive()
 
     @classmethod
@@ -581,6 +683,11 @@ def _fine_prefix(organ: int, stage: int) -> str:
     """Array-name prefix of an organ's fine-stage forest in model files (the first stage keeps the name it had
     before the cascade, so older files load)."""
     return f"refine.{organ}." if stage == 0 else f"refine.{organ}.stage{stage + 1}."
+
+
+def _slice_prefix(organ: int) -> str:
+    """Array-name prefix of an organ's slice-stage forest in model files."""
+    return f"slice.{organ}."
 
 
 def inside(box: np.ndarray, extent: np.ndarray) -> np.ndarray:

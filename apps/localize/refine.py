@@ -132,6 +132,7 @@ class WallRefiner(PlainTrees):
 
     _task = "organ-wall-refinement"
     _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
+    n_walls = 6  # displacement targets per voxel (the box's walls)
 
     def __init__(self, spacing_mm: float = 2.0, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
                  n_thresholds: int | None = 12, min_samples_leaf: int = 50, reach_mm: float = 30.0,
@@ -151,25 +152,28 @@ class WallRefiner(PlainTrees):
         return BoxFeatures(max_offset_mm=float(self.reach_mm), box_size_mm=tuple(self.box_size_mm), fill=AIR_HU)
 
     def fit(self, regions: list[Image], points: np.ndarray, targets: np.ndarray) -> WallRefiner:
-        """Grow on fine regions; `points` (n, 4) int (region, z, y, x); `targets` (n, 6) mm displacements from
-        each point to the true walls."""
+        """Grow on fine regions; `points` (n, 4) int (region, z, y, x); `targets` (n, n_walls) mm displacements
+        from each point to the true walls."""
         if not regions or len(points) == 0:
             raise InvalidInputError("no training region for this organ")
+        q = self.n_walls
+        if np.shape(targets) != (len(points), q):
+            raise InvalidInputError(f"targets must have shape ({len(points)}, {q}), got {np.shape(targets)}")
         family = self._features()
         stack = family.prepare(regions)
         pts = np.ascontiguousarray(points, dtype=np.int32)
         y = np.asarray(targets, dtype=np.float64)
         floor = float(self.spacing_mm) ** 2  # one fine voxel squared per wall (see OrganLocalizer.fit)
-        objective = Objective.regression(y, "gaussian", block_size=6, variance_floor=floor)
+        objective = Objective.regression(y, "gaussian", block_size=q, variance_floor=floor)
         grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
         n_leaves = grown.leaf_start.size
         seg, positions = grown.leaf_members()
         rows = y[grown.order[positions]]
         count = np.bincount(seg, minlength=n_leaves).astype(np.float64)
         safe = np.maximum(count, 1.0)[:, None]
-        mean = np.stack([np.bincount(seg, weights=rows[:, k], minlength=n_leaves) for k in range(6)], 1) / safe
+        mean = np.stack([np.bincount(seg, weights=rows[:, k], minlength=n_leaves) for k in range(q)], 1) / safe
         resid = rows - mean[seg]
-        var = np.stack([np.bincount(seg, weights=resid[:, k] ** 2, minlength=n_leaves) for k in range(6)], 1) / safe
+        var = np.stack([np.bincount(seg, weights=resid[:, k] ** 2, minlength=n_leaves) for k in range(q)], 1) / safe
         self.leaf_count_ = count.astype(np.float32)
         # float16 halves the file: steps are <= 0.06 mm for displacements below 128 mm; variances beyond
         # 65000 mm^2 (std 255 mm) would not vote anyway.
@@ -225,7 +229,8 @@ class WallRefiner(PlainTrees):
         if not family.validate_params(forest.params):
             raise ModelFormatError(f"{prefix}: a node reads a feature the model does not have")
         n_leaves = forest.n_leaves
-        for key, shape in (("leaf.count", (n_leaves,)), ("leaf.mean", (n_leaves, 6)), ("leaf.var", (n_leaves, 6))):
+        q = cls.n_walls
+        for key, shape in (("leaf.count", (n_leaves,)), ("leaf.mean", (n_leaves, q)), ("leaf.var", (n_leaves, q))):
             a = arrays.get(prefix + key)
             if a is None or a.shape != shape or a.dtype.kind != "f" or not np.all(np.isfinite(a)):
                 raise ModelFormatError(f"array {prefix}{key} is missing, has the wrong shape or is not finite")

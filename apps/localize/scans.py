@@ -152,6 +152,28 @@ class OrganSlices:
         return out
 
 
+    def cross_sections(self, organ: int) -> tuple[np.ndarray, np.ndarray]:
+        """Organ `organ`'s (0-based) extent in every slice of the label map.
+
+        Returns
+        -------
+        z_mm : (nz,) physical z of the slice centres
+        walls : (nz, 4) outer faces [x_lo, x_hi, y_lo, y_hi] in mm of the organ's voxels in that slice, NaN where
+            the slice has none. Slices must be axial (the label map's third axis along physical z).
+        """
+        src = self.image
+        if not np.allclose(np.abs(src.direction[:, 2]), [0.0, 0.0, 1.0], atol=1e-3):
+            raise InvalidInputError(f"{src.source}: label map slices are not axial; per-slice extents need them")
+        b = self.bounds[organ]
+        nz = b.shape[0]
+        z_mm = src.index_to_physical(np.c_[np.zeros(nz), np.zeros(nz), np.arange(nz)])[:, 2]
+        walls = np.full((nz, 4), np.nan)
+        for z in np.flatnonzero(b[:, 0] >= 0):
+            box = index_box_to_mm(src, np.array([b[z, 0], b[z, 2], z]), np.array([b[z, 1], b[z, 3], z]))
+            walls[z] = box[:4]
+        return z_mm, walls
+
+
 def index_box_to_mm(image: Image, lo_xyz: np.ndarray, hi_xyz: np.ndarray) -> np.ndarray:
     """Outer faces (6,) in mm of the voxel block lo..hi (inclusive (x, y, z) indices) of `image`."""
     corners = np.array([[a, b, c] for a in (lo_xyz[0] - 0.5, hi_xyz[0] + 0.5)
