@@ -20,7 +20,8 @@ inside the scan is reported absent (a slab cut just below the parotids still has
 A second, organ-centred stage (`apps.localize.refine`) then re-votes the walls of every organ found, on a 2 mm grid
 around its box, with a small forest of its own per organ; a third stage of the same kind, trained on smaller
 errors, does it again from the second's box with a closer look (a cascade of fine stages); the body-edge prior and
-the scan's faces apply again.
+the scan's faces apply again. For elongated organs (the spinal cord) a last stage (`apps.localize.slices`) replaces
+the x/y walls with the extremes of per-slice cross-sections voted over the cascade's z range.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class OrganLocalizer(PlainTrees):
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
                  refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
-                 refine_passes: int = 1, slice_elongation: float | None = 2.5, slice_trees: int = 4,
+                 refine_passes: int = 1, slice_elongation: float | None = 4.0, slice_trees: int = 4,
                  slice_min_samples_leaf: int = 30, slice_margin_mm: float = 10.0, slice_reach_mm: float = 20.0,
                  slice_points: int = 800, slice_fraction: float = 0.1, slice_window: int = 5, random_state=None,
                  n_jobs: int | None = None) -> None:

@@ -22,7 +22,7 @@ from apps.localize.scans import openkbp_cases
 from apps.localize.training import train_localizer
 
 NAME = "openkbp-hn-7-organs"
-VERSION = "1"
+VERSION = "2"
 
 
 def main() -> None:
