@@ -88,15 +88,20 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
     (mm) and its leaf's variance (inf: the leaf does not vote). Returns two (n_slices, 4) arrays, NaN where a
     slice has no vote.
     """
+    # Plain loops over preallocated buffers and a hand-written selection: numba's np.median, np.partition,
+    # np.argsort, np.full or slice assignments would add seconds of compilation to the command's first run
+    # with an empty cache.
     m = slice_of.shape[0]
     start = np.zeros(n_slices + 1, dtype=np.int64)
     for i in range(m):
         start[slice_of[i] + 1] += 1
-    start = np.cumsum(start)
-    med = np.full((n_slices, 4), np.nan)
-    spread = np.full((n_slices, 4), np.nan)
+    for s in range(n_slices):
+        start[s + 1] += start[s]
+    med = np.empty((n_slices, 4))
+    spread = np.empty((n_slices, 4))
     var_buf = np.empty(m)
     val_buf = np.empty(m)
+    work = np.empty(m)
     for s in range(n_slices):
         for k in range(4):
             n = 0
@@ -104,28 +109,71 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
                 if variances[i, k] < np.inf:
                     var_buf[n] = variances[i, k]
                     val_buf[n] = values[i, k]
+                    work[n] = variances[i, k]
                     n += 1
             if n == 0:
+                med[s, k] = np.nan
+                spread[s, k] = np.nan
                 continue
             keep = max(1, int(fraction * n + 0.5))
-            # the keep smallest variances, ties in vote order (as a stable sort would take them), in O(n)
-            threshold = np.partition(var_buf[:n], keep - 1)[keep - 1]
-            chosen = np.empty(keep)
+            # the keep smallest variances, ties in vote order (as a stable sort would take them), into `work`
+            threshold = _select(work, n, keep - 1)
             c = 0
             for i in range(n):
                 if var_buf[i] < threshold:
-                    chosen[c] = val_buf[i]
+                    work[c] = val_buf[i]
                     c += 1
             for i in range(n):
                 if c == keep:
                     break
                 if var_buf[i] == threshold:
-                    chosen[c] = val_buf[i]
+                    work[c] = val_buf[i]
                     c += 1
-            centre = np.median(chosen)
+            centre = _median(work, keep)
+            for i in range(keep):
+                work[i] = abs(work[i] - centre)
             med[s, k] = centre
-            spread[s, k] = 1.4826 * np.median(np.abs(chosen - centre))
+            spread[s, k] = 1.4826 * _median(work, keep)
     return med, spread
+
+
+@njit(cache=True)
+def _select(a, n, k):  # pragma: no cover - numba
+    """The k-th smallest (0-based) of a[:n], reordering a[:n] in place so that a[:k] <= a[k] <= a[k + 1:n]
+    (Wirth's selection with a median-of-three pivot)."""
+    lo, hi = 0, n - 1
+    while hi > lo:
+        x, y, z = a[lo], a[(lo + hi) // 2], a[hi]
+        pivot = max(min(x, y), min(max(x, y), z))
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[k]
+
+
+@njit(cache=True)
+def _median(a, n):  # pragma: no cover - numba
+    """Median of a[:n] (reordered in place), as np.median: the mean of the two middle values for even n."""
+    upper = _select(a, n, n // 2)
+    if n % 2:
+        return upper
+    lower = a[0]
+    for i in range(1, n // 2):
+        lower = max(lower, a[i])
+    return 0.5 * (lower + upper)
 
 
 def slice_training_region(source: FineSource, truth_box: np.ndarray, z_mm: np.ndarray, cross: np.ndarray,
