@@ -709,10 +709,8 @@ def visible_share(box: np.ndarray, extent: np.ndarray) -> float:
 def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
     """Boxes (n_org, 6) of the organs inside `piece` (a scan or a slab of it)."""
     if isinstance(truth, OrganSlices):
-        src = truth.image
         # Slices of the label map whose centres lie inside the piece's z extent.
-        zc = src.index_to_physical(np.c_[np.zeros(src_nz := truth.bounds.shape[1]), np.zeros(src_nz),
-                                         np.arange(src_nz)])[:, 2]
+        zc = truth.slice_z_mm()
         lo, hi = _extent(piece)[:, 2]
         inside = np.flatnonzero((zc >= lo) & (zc <= hi))
         if inside.size == 0:

@@ -151,6 +151,10 @@ class OrganSlices:
             out[k] = index_box_to_mm(self.image, lo, hi)
         return out
 
+    def slice_z_mm(self) -> np.ndarray:
+        """(nz,) physical z in mm of the label map's slice centres."""
+        nz = self.bounds.shape[1]
+        return self.image.index_to_physical(np.c_[np.zeros(nz), np.zeros(nz), np.arange(nz)])[:, 2]
 
     def cross_sections(self, organ: int) -> tuple[np.ndarray, np.ndarray]:
         """Organ `organ`'s (0-based) extent in every slice of the label map.
@@ -165,13 +169,11 @@ class OrganSlices:
         if not np.allclose(np.abs(src.direction[:, 2]), [0.0, 0.0, 1.0], atol=1e-3):
             raise InvalidInputError(f"{src.source}: label map slices are not axial; per-slice extents need them")
         b = self.bounds[organ]
-        nz = b.shape[0]
-        z_mm = src.index_to_physical(np.c_[np.zeros(nz), np.zeros(nz), np.arange(nz)])[:, 2]
-        walls = np.full((nz, 4), np.nan)
+        walls = np.full((b.shape[0], 4), np.nan)
         for z in np.flatnonzero(b[:, 0] >= 0):
             box = index_box_to_mm(src, np.array([b[z, 0], b[z, 2], z]), np.array([b[z, 1], b[z, 3], z]))
             walls[z] = box[:4]
-        return z_mm, walls
+        return self.slice_z_mm(), walls
 
 
 def index_box_to_mm(image: Image, lo_xyz: np.ndarray, hi_xyz: np.ndarray) -> np.ndarray:

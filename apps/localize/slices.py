@@ -50,10 +50,11 @@ class SliceWallRefiner(WallRefiner):
         self._check_fitted()
         voters = grown_box(box, margin_mm)
         voters[4:] = np.minimum(box[4], box[5]), np.maximum(box[4], box[5])
-        zyx = region_points(region, voters, 10**9)
-        n_slices = int(np.unique(zyx[:, 0]).size) if len(zyx) else 0
-        if n_slices == 0:
+        zyx = region_points(region, voters, 10**9)  # every voxel of a block, ordered by z
+        if len(zyx) == 0:
             return np.asarray(box[:4], dtype=np.float64).copy(), np.full(4, np.nan)
+        first_z = zyx[0, 0]
+        n_slices = int(zyx[-1, 0] - first_z + 1)
         if len(zyx) > VOTERS_PER_SLICE * n_slices:
             zyx = zyx[np.linspace(0, len(zyx) - 1, VOTERS_PER_SLICE * n_slices).round().astype(np.int64)]
         with numba_threads(self.n_jobs):
@@ -61,8 +62,8 @@ class SliceWallRefiner(WallRefiner):
         pos = region_positions(region, zyx)[:, SLICE_AXIS]  # (n, 4) the voxel's coordinate along each wall's axis
         values = (pos[:, None, :] + self._wall_mean[leaves]).reshape(-1, 4)
         variances = np.where(self._valid[leaves][..., None], self._var[leaves], np.inf).reshape(-1, 4)
-        _, slice_of = np.unique(zyx[:, 0], return_inverse=True)  # non-decreasing: region_points orders by z
-        per_slice, spread = slice_medians(np.repeat(slice_of.ravel(), leaves.shape[1]), values, variances, n_slices,
+        slice_of = (zyx[:, 0] - first_z).astype(np.int64)  # non-decreasing
+        per_slice, spread = slice_medians(np.repeat(slice_of, leaves.shape[1]), values, variances, n_slices,
                                           float(fraction))
         seen = ~np.isnan(per_slice[:, 0])
         if not seen.any():
