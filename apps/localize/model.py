@@ -356,7 +356,9 @@ class OrganLocalizer(PlainTrees):
             for s, stage in enumerate(stages):
                 regions, pts_o, y_o = fine[o][s]
                 seed = int(fine_rng.integers(2**31))
-                refiner = self._refiner(seed, stage).fit(regions, np.concatenate(pts_o), np.concatenate(y_o))
+                refiner = self._fine_forest(WallRefiner, seed, stage["refine_trees"], stage["refine_min_samples_leaf"],
+                                            stage["refine_reach_mm"])
+                refiner.fit(regions, np.concatenate(pts_o), np.concatenate(y_o))
                 cascade.append(refiner)
                 say(f"fine stage {s + 1}, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
                     f"regions ({time.perf_counter() - t0:.0f} s)")
@@ -367,12 +369,13 @@ class OrganLocalizer(PlainTrees):
         self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
         return self
 
-    def _refiner(self, seed: int, stage: dict) -> WallRefiner:
-        return WallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(stage["refine_trees"]),
-                           max_depth=self.refine_depth, n_candidates=self.n_candidates, n_thresholds=self.n_thresholds,
-                           min_samples_leaf=int(stage["refine_min_samples_leaf"]),
-                           reach_mm=float(stage["refine_reach_mm"]), box_size_mm=(float(self.refine_spacing_mm), 20.0),
-                           random_state=seed, n_jobs=self.n_jobs)
+    def _fine_forest(self, kind: type[WallRefiner], seed: int, n_trees, min_samples_leaf, reach_mm) -> WallRefiner:
+        """An unfitted forest of the fine grid (a fine stage's `WallRefiner` or the slice stage's
+        `SliceWallRefiner`): T, leaf size and feature reach (mm) of its stage, the rest shared."""
+        return kind(spacing_mm=float(self.refine_spacing_mm), n_trees=int(n_trees), max_depth=self.refine_depth,
+                    n_candidates=self.n_candidates, n_thresholds=self.n_thresholds,
+                    min_samples_leaf=int(min_samples_leaf), reach_mm=float(reach_mm),
+                    box_size_mm=(float(self.refine_spacing_mm), 20.0), random_state=seed, n_jobs=self.n_jobs)
 
     def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator,
                          stages: list[dict]) -> None:
@@ -384,17 +387,7 @@ class OrganLocalizer(PlainTrees):
                 region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
                                                  stage["refine_margin_mm"], stage["refine_reach_mm"],
                                                  int(stage["refine_points"]), rng)
-                regions, pts, targets = fine[o][s]
-                pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
-                targets.append(y)
-                regions.append(region)
-
-    def _slicer(self, seed: int) -> SliceWallRefiner:
-        return SliceWallRefiner(spacing_mm=float(self.refine_spacing_mm), n_trees=int(self.slice_trees),
-                                max_depth=self.refine_depth, n_candidates=self.n_candidates,
-                                n_thresholds=self.n_thresholds, min_samples_leaf=int(self.slice_min_samples_leaf),
-                                reach_mm=float(self.slice_reach_mm), box_size_mm=(float(self.refine_spacing_mm), 20.0),
-                                random_state=seed, n_jobs=self.n_jobs)
+                _add_region(fine[o][s], region, zyx, y)
 
     def _fit_slice_stage(self, scans: list[Image], truths: list, rng: np.random.Generator, say) -> None:
         """Grow `slicers_`: a slice-stage forest for every elongated organ (`slice_elongation`) that some
@@ -417,15 +410,13 @@ class OrganLocalizer(PlainTrees):
                                                        float(self.slice_margin_mm), float(self.slice_reach_mm),
                                                        int(self.slice_points), rng)
                 if len(zyx):
-                    regions, pts, targets = data[o]
-                    pts.append(np.c_[np.full(len(zyx), len(regions)), zyx])
-                    targets.append(y)
-                    regions.append(region)
+                    _add_region(data[o], region, zyx, y)
         for o in np.flatnonzero(tubes):
             regions, pts, targets = data[o]
             if not regions:
                 continue
-            slicer = self._slicer(int(rng.integers(2**31)))
+            slicer = self._fine_forest(SliceWallRefiner, int(rng.integers(2**31)), self.slice_trees,
+                                       self.slice_min_samples_leaf, self.slice_reach_mm)
             self.slicers_[o] = slicer.fit(regions, np.concatenate(pts), np.concatenate(targets))
             say(f"slice stage, {self.organs[o]}: {slicer.forest_.n_leaves} leaves from {len(regions)} regions "
                 f"({time.perf_counter() - t0:.0f} s)")
@@ -684,6 +675,15 @@ def _fine_prefix(organ: int, stage: int) -> str:
     """Array-name prefix of an organ's fine-stage forest in model files (the first stage keeps the name it had
     before the cascade, so older files load)."""
     return f"refine.{organ}." if stage == 0 else f"refine.{organ}.stage{stage + 1}."
+
+
+def _add_region(bucket: tuple[list, list, list], region: Image, zyx: np.ndarray, y: np.ndarray) -> None:
+    """Append one training region to a fine forest's (regions, points, targets) lists: its points (n, 3) z, y, x
+    become (n, 4) rows led by the region's index, as `WallRefiner.fit` takes them."""
+    regions, points, targets = bucket
+    points.append(np.c_[np.full(len(zyx), len(regions)), zyx])
+    targets.append(y)
+    regions.append(region)
 
 
 def _slice_prefix(organ: int) -> str:

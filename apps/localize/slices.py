@@ -12,8 +12,9 @@ Its z walls stay the cascade's.
 Which organs: those whose median training box is at least `elongation` times longer in z than its narrower side
 in x or y (on openkbp-hn the cord 8.3, the esophagus 2.8; the brainstem 1.8, parotids 1.5, larynx 0.9, mandible
 0.7). The default, 4, takes the cord only: on four held-out folds the stage lowered the cord's mean wall error from
-6.16 to 5.85 mm but raised the esophagus's from 7.75 to 7.92 (its collapsed lumen gives slices less to see), and
-on fold 0 it made every compact organ worse (a compact organ's walls lie where its voxels can see them).
+6.16 to 5.77 mm (measured; benchmarks/RESULTS.md, session 13), while on the esophagus it was worse, 7.75 -> 7.92
+(estimated; its collapsed lumen gives slices less to see), and on fold 0 it made every compact organ worse (a
+compact organ's walls lie where its voxels can see them).
 """
 
 from __future__ import annotations
