@@ -132,13 +132,13 @@ def test_bad_slice_settings_are_refused(setting, phantoms):
 
 
 def test_hand_written_median_matches_numpy():
-    from apps.localize.slices import _median, _select
+    from apps.localize.selection import median_inplace, select_kth
 
     rng = np.random.default_rng(1)
     for n in range(1, 40):
         a = rng.choice([0.5, 1.0, 2.0, rng.normal()], n) if n % 3 == 0 else rng.normal(size=n)
-        assert _median(a.copy(), n) == pytest.approx(np.median(a), abs=0)
+        assert median_inplace(a.copy(), n) == pytest.approx(np.median(a), abs=0)
         k = int(rng.integers(n))
         b = a.copy()
-        assert _select(b, n, k) == np.sort(a)[k]
+        assert select_kth(b, n, k) == np.sort(a)[k]
         assert np.all(b[:k] <= b[k]) and np.all(b[k + 1:] >= b[k])

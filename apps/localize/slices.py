@@ -24,6 +24,7 @@ from numba import njit
 from scipy import ndimage
 
 from apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
+from apps.localize.selection import median_inplace, select_kth
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
@@ -94,7 +95,9 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
     # np.argsort, np.full or slice assignments would add seconds of compilation to the command's first run
     # with an empty cache.
     m = slice_of.shape[0]
-    start = np.zeros(n_slices + 1, dtype=np.int64)
+    start = np.empty(n_slices + 1, dtype=np.int64)
+    for s in range(n_slices + 1):
+        start[s] = 0
     for i in range(m):
         start[slice_of[i] + 1] += 1
     for s in range(n_slices):
@@ -106,7 +109,7 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
     work = np.empty(m)
     for s in range(n_slices):
         for k in range(4):
-            n = 0
+            n = np.int64(0)  # not the literal 0: numba would also compile select_kth for a constant n
             for i in range(start[s], start[s + 1]):
                 if variances[i, k] < np.inf:
                     var_buf[n] = variances[i, k]
@@ -119,7 +122,7 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
                 continue
             keep = max(1, int(fraction * n + 0.5))
             # the keep smallest variances, ties in vote order (as a stable sort would take them), into `work`
-            threshold = _select(work, n, keep - 1)
+            threshold = select_kth(work, n, keep - 1)
             c = 0
             for i in range(n):
                 if var_buf[i] < threshold:
@@ -131,51 +134,12 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
                 if var_buf[i] == threshold:
                     work[c] = val_buf[i]
                     c += 1
-            centre = _median(work, keep)
+            centre = median_inplace(work, keep)
             for i in range(keep):
                 work[i] = abs(work[i] - centre)
             med[s, k] = centre
-            spread[s, k] = 1.4826 * _median(work, keep)
+            spread[s, k] = 1.4826 * median_inplace(work, keep)
     return med, spread
-
-
-@njit(cache=True)
-def _select(a, n, k):  # pragma: no cover - numba
-    """The k-th smallest (0-based) of a[:n], reordering a[:n] in place so that a[:k] <= a[k] <= a[k + 1:n]
-    (Wirth's selection with a median-of-three pivot)."""
-    lo, hi = 0, n - 1
-    while hi > lo:
-        x, y, z = a[lo], a[(lo + hi) // 2], a[hi]
-        pivot = max(min(x, y), min(max(x, y), z))
-        i, j = lo, hi
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while a[j] > pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            hi = j
-        elif k >= i:
-            lo = i
-        else:
-            break
-    return a[k]
-
-
-@njit(cache=True)
-def _median(a, n):  # pragma: no cover - numba
-    """Median of a[:n] (reordered in place), as np.median: the mean of the two middle values for even n."""
-    upper = _select(a, n, n // 2)
-    if n % 2:
-        return upper
-    lower = a[0]
-    for i in range(1, n // 2):
-        lower = max(lower, a[i])
-    return 0.5 * (lower + upper)
 
 
 def slice_training_region(source: FineSource, truth_box: np.ndarray, z_mm: np.ndarray, cross: np.ndarray,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from apps.localize.selection import median_inplace
+
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
 
@@ -28,11 +30,15 @@ class Votes:
 
     @classmethod
     def group(cls, leaves: np.ndarray) -> Votes:
-        uniq, inverse, counts = np.unique(leaves.ravel(), return_inverse=True, return_counts=True)
-        by_leaf = np.argsort(inverse.ravel(), kind="stable")
-        start = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=start[1:])
-        return cls(uniq, counts, start, (by_leaf // leaves.shape[1]).astype(np.int64))
+        # One stable sort of the leaf ids groups the votes, each leaf's in vote order (np.unique would sort too).
+        flat = np.ascontiguousarray(leaves).ravel()
+        by_leaf = np.argsort(flat, kind="stable")
+        ordered = flat[by_leaf]
+        first = np.ones(ordered.size, dtype=bool)
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+        start = np.append(np.flatnonzero(first), ordered.size).astype(np.int64)
+        return cls(ordered[start[:-1]], np.diff(start), start,
+                   (by_leaf // max(leaves.shape[1], 1)).astype(np.int64))
 
     def slots(self, n_leaves: int) -> np.ndarray:
         """(n_leaves,) int64: each leaf's place in `uniq`, -1 for leaves no vote reached."""
@@ -75,46 +81,56 @@ def confident_walls(order: np.ndarray, wall_mean: np.ndarray, votes: Votes, slot
         Per selection, the median wall positions (mm) and their robust spread (1.4826 MAD, mm).
     """
     keeps = np.asarray(keeps, dtype=np.int64)
-    capacity = int(keeps.max() + votes.counts.max())  # the last leaf is taken whole
-    buf, ends = _gather_walls(order, wall_mean, votes.start, votes.point, slot,
-                              np.ascontiguousarray(pos, dtype=np.float64), keeps, capacity)
-    boxes = np.empty((keeps.size, 6))
-    spreads = np.empty((keeps.size, 6))
-    # medians in numpy: numba's would compile for seconds on the command line's first run
-    for k in range(6):
-        for s, end in enumerate(ends[k]):
-            v = buf[k, :end]
-            boxes[s, k] = np.median(v)
-            spreads[s, k] = 1.4826 * np.median(np.abs(v - boxes[s, k]))
+    most = int(keeps.max())
+    capacity = most + int(votes.counts.max())  # the last leaf is taken whole
+    boxes, spreads = _confident_medians(order, wall_mean, votes.start, votes.point, slot,
+                                        np.ascontiguousarray(pos, dtype=np.float64), keeps, most, capacity)
     return boxes, spreads
 
 
 @njit(cache=True)
-def _gather_walls(order, wall_mean, start, vote_point, slot, pos, keeps, capacity):  # pragma: no cover - numba
-    """Per wall k, the votes of the reached leaves in `order[k]` until every selection is held: buf[k, :n] and,
-    per selection s, the vote count ends[k, s] at which it is held (its last leaf whole)."""
-    # A walk down the model's precomputed leaf order touches only the votes it keeps: no per-scan sort.
+def _confident_medians(order, wall_mean, start, vote_point, slot, pos, keeps, most,
+                       capacity):  # pragma: no cover - numba
+    """Per wall k, the votes of the reached leaves in `order[k]` until every selection s holds keeps[s] votes
+    (its last leaf whole), and per selection their median and 1.4826 MAD: two (n_sel, 6) arrays."""
+    # A walk down the model's precomputed leaf order touches only the votes it keeps: no per-scan sort. Plain
+    # loops and the shared selection (no np.full, np.median, array max): see `apps.localize.selection`.
     n_sel = keeps.shape[0]
-    most = keeps.max()
-    buf = np.empty((6, capacity))
-    ends = np.full((6, n_sel), -1, dtype=np.int64)
+    boxes = np.empty((n_sel, 6))
+    spreads = np.empty((n_sel, 6))
+    buf = np.empty(capacity)
+    work = np.empty(capacity)
+    ends = np.empty(n_sel, dtype=np.int64)
     for k in range(6):
         axis = WALL_AXIS[k]
+        for s in range(n_sel):
+            ends[s] = -1
         n = 0
-        for leaf in order[k]:
+        for r in range(order.shape[1]):
+            leaf = order[k, r]
             u = slot[leaf]
             if u < 0:
                 continue
             shift = wall_mean[leaf, k]
             for v in range(start[u], start[u + 1]):
-                buf[k, n] = pos[vote_point[v], axis] + shift
+                buf[n] = pos[vote_point[v], axis] + shift
                 n += 1
             for s in range(n_sel):
-                if ends[k, s] < 0 and n >= keeps[s]:
-                    ends[k, s] = n
+                if ends[s] < 0 and n >= keeps[s]:
+                    ends[s] = n
             if n >= most:
                 break
         for s in range(n_sel):
-            if ends[k, s] < 0:  # fewer votes than asked for: all of them
-                ends[k, s] = n
-    return buf, ends
+            end = ends[s] if ends[s] >= 0 else n  # fewer votes than asked for: all of them
+            if end == 0:
+                boxes[s, k] = np.nan
+                spreads[s, k] = np.nan
+                continue
+            for i in range(end):
+                work[i] = buf[i]
+            centre = median_inplace(work, end)
+            for i in range(end):
+                work[i] = abs(work[i] - centre)
+            boxes[s, k] = centre
+            spreads[s, k] = 1.4826 * median_inplace(work, end)
+    return boxes, spreads
