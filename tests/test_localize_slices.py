@@ -142,3 +142,16 @@ def test_hand_written_median_matches_numpy():
         b = a.copy()
         assert select_kth(b, n, k) == np.sort(a)[k]
         assert np.all(b[:k] <= b[k]) and np.all(b[k + 1:] >= b[k])
+
+
+def test_running_median_matches_scipy_median_filter():
+    from scipy import ndimage
+
+    from apps.localize.slices import running_median
+
+    rng = np.random.default_rng(2)
+    for window in range(1, 9):
+        for n in (1, 2, 5, 30):
+            a = np.round(rng.normal(size=(n, 4)) * 3, 1)  # ties
+            expected = ndimage.median_filter(a, size=(window, 1), mode="nearest")
+            assert np.array_equal(running_median(a, window), expected)
