@@ -152,3 +152,22 @@ def test_save_is_atomic_and_never_leaves_partial_files(tmp_path, data):
         forest.save(tmp_path / "no_such_dir" / "m.npz")
     forest.save(tmp_path / "m.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+
+
+def test_preorder_layout_matches_a_recursive_walk(data):
+    """The traversal tables' node order: each tree depth first, left child first, trees one after another."""
+    X, y = data
+    arrays = ClassificationForest(n_trees=4, max_depth=6, random_state=0).fit(X, y).forest_
+    order = []
+
+    def walk(j):
+        order.append(j)
+        if arrays.child[j] >= 0:
+            walk(int(arrays.child[j]))
+            walk(int(arrays.child[j]) + 1)
+
+    for root in arrays.tree_root:
+        walk(int(root))
+    pos = arrays._preorder_positions()
+    assert np.array_equal(np.argsort(pos), order)
+    assert np.array_equal(arrays.leaves_depth_first(), [j for j in order if arrays.child[j] < 0])

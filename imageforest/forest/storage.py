@@ -21,40 +21,43 @@ from numba import njit, prange
 from imageforest.exceptions import ModelFormatError
 
 
-@njit(cache=True)
-def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
-    """Preorder positions by one depth-first walk per tree, trees one after another.
+def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth-first (preorder) position of every node, trees one after another, (n_nodes,) int64, and the leaves'
+    node indices in that order, (n_leaves,) int32.
 
-    Children are stored after their parent (checked by `validate`), so every walk ends; the stack never holds
-    more than one pending right child per level. Returns the positions, the number of visits, which equals
-    n_nodes only when every node is reached exactly once (a damaged file may share or orphan nodes), and the
-    leaves' node indices in visiting order.
+    Level by level in numpy (one pass down for the levels, one up for subtree sizes, one down for positions):
+    O(depth) array operations and nothing to compile, which keeps a new process's first model load short.
+    Children must sit after their parent (checked by `ForestArrays.validate`); nodes shared between parents, or
+    unreachable from the roots, raise ModelFormatError.
     """
     n = child.shape[0]
-    pos = np.zeros(n, dtype=np.int64)
-    stack = np.empty(n + 1, dtype=np.int64)
-    leaves = np.empty(n, dtype=np.int32)  # only the first n_leaves entries are written (and paged in)
-    p = 0
-    n_leaves = 0
-    for r in tree_root:
-        top = 0
-        stack[0] = r
-        while top >= 0:
-            j = stack[top]
-            top -= 1
-            if p >= n:  # more visits than nodes: shared subtrees
-                return pos, p + 1, leaves[:n_leaves]
-            pos[j] = p
-            p += 1
-            c = child[j]
-            if c >= 0:
-                stack[top + 1] = c + 1
-                stack[top + 2] = c
-                top += 2
-            else:
-                leaves[n_leaves] = j
-                n_leaves += 1
-    return pos, p, leaves[:n_leaves]
+    split = np.flatnonzero(child >= 0)
+    kids = child[split].astype(np.int64)
+    parents = np.bincount(np.concatenate([kids, kids + 1]), minlength=n)
+    expected = np.ones(n, dtype=np.int64)
+    expected[tree_root] = 0
+    if parents.shape[0] != n or not np.array_equal(parents, expected) or np.unique(tree_root).size != tree_root.size:
+        raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
+    # every node has one parent stored before it, so following parents ends at a root: every node is reached once
+    levels = []
+    frontier = tree_root.astype(np.int64)
+    while frontier.size:
+        inner = frontier[child[frontier] >= 0]
+        levels.append(inner)
+        left = child[inner].astype(np.int64)
+        frontier = np.concatenate([left, left + 1])
+    size = np.ones(n, dtype=np.int64)
+    for inner in reversed(levels):
+        left = child[inner]
+        size[inner] = 1 + size[left] + size[left + 1]
+    pos = np.empty(n, dtype=np.int64)
+    pos[tree_root] = np.cumsum(size[tree_root]) - size[tree_root]
+    for inner in levels:
+        left = child[inner]
+        pos[left] = pos[inner] + 1
+        pos[left + 1] = pos[inner] + 1 + size[left]
+    leaves = np.flatnonzero(child < 0)
+    return pos, leaves[np.argsort(pos[leaves])].astype(np.int32)
 
 
 @njit(cache=True, parallel=True)
@@ -182,10 +185,7 @@ class ForestArrays:
     def _preorder_walk(self) -> tuple[np.ndarray, np.ndarray]:
         cached = self.__dict__.get("_preorder")
         if cached is None:
-            pos, visits, leaves = _preorder_kernel(self.child, self.tree_root)
-            if visits != self.n_nodes:
-                raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
-            cached = (pos, leaves)
+            cached = _preorder(self.child, self.tree_root)
             self.__dict__["_preorder"] = cached
         return cached
 
