@@ -1,13 +1,16 @@
-"""Cross-validated CT organ localization against two baselines, side by side in one run.
+"""Cross-validated CT organ localization against three baselines, side by side in one run.
 
-    python benchmarks/localize_eval.py ../shared/data/openkbp-hn [--folds 4] [--atlas-cases 12]
+    python benchmarks/localize_eval.py ../shared/data/openkbp-hn [--folds 4] [--atlas-cases 12] [--methods ...]
 
 For a folder in the openkbp-hn format: per organ, mean absolute wall error (mm), centroid error (mm), presence
 accuracy and seconds per scan of
 - the regression-voting `OrganLocalizer` (trained on the other folds),
 - the body-relative population mean box (fitted on the other folds),
 - multi-atlas affine registration with SimpleITK (5 atlases from the other folds, per-wall median), on the first
-  `--atlas-cases` test cases of every fold (it takes tens of seconds per scan).
+  `--atlas-cases` test cases of every fold (it takes tens of seconds per scan),
+- the quick regression-voting prototype: scikit-learn's ExtraTreesRegressor per organ on random box features,
+  every voxel voting, per-wall median (`apps.localize.baselines.ExtraTreesVoting`).
+`--methods` runs a subset (comma-separated, from forest, body_mean_box, multi_atlas, extra_trees).
 Presence is scored on the full scans (contoured organs must be found) and on two slabs of each test scan
 (upper 60% and lower 50% of its slices: organs cut out of view must be reported absent).
 Prints tables and ratios; `--json` writes every number; `--predictions F.npz` writes, per test scan (full scans,
@@ -29,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.localize.baselines import BodyRelativeMeanBox, MultiAtlasAffine
+from apps.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting, MultiAtlasAffine
 from apps.localize.evaluate import OrganScores
 from apps.localize.model import OrganLocalizer, boxes_in_view
 from apps.localize.recipe import PARAMETERS
@@ -37,10 +40,23 @@ from apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
 from apps.localize.training import case_truth
 from benchmarks._measure import measure
 
+METHODS = ("forest", "body_mean_box", "multi_atlas", "extra_trees")
+
 
 def slabs(scan):
     nz = scan.array.shape[0]
     return [crop_z(scan, nz * 2 // 5, nz), crop_z(scan, 0, nz // 2)]
+
+
+def fit_method(name: str, scans: list, truths: list, boxes: list, organs: list[str], params: dict, seed: int):
+    """One method of `METHODS` fitted on a fold's training scans (truths: label maps or boxes; boxes: (n, 6))."""
+    if name == "forest":
+        return OrganLocalizer(organs, **params).fit(scans, truths)
+    if name == "body_mean_box":
+        return BodyRelativeMeanBox().fit(scans, boxes)
+    if name == "multi_atlas":
+        return MultiAtlasAffine(n_atlases=5).fit(scans, boxes)
+    return ExtraTreesVoting(seed=seed).fit(scans, boxes)
 
 
 def _predict(method, img) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,7 +81,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--predictions", type=Path, default=None, help="per-scan boxes of every method (.npz)")
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
     args = ap.parse_args()
+    methods = tuple(m for m in METHODS if m in args.methods.split(","))
+    unknown = set(args.methods.split(",")) - set(METHODS)
+    if unknown or not methods:
+        ap.error(f"--methods: unknown {sorted(unknown)}; choose from {', '.join(METHODS)}")
 
     cases, organs = openkbp_cases(args.cases_dir)
     rng = np.random.default_rng(args.seed)
@@ -76,7 +97,6 @@ def main() -> None:
     params = {**PARAMETERS, "random_state": args.seed}
     params.update({k: v for k, v in (("n_trees", args.trees), ("max_depth", args.depth)) if v is not None})
 
-    methods = ("forest", "body_mean_box", "multi_atlas")
     full = {m: OrganScores(organs) for m in methods}
     cut = {m: OrganScores(organs) for m in methods}
     memory = {m: 0.0 for m in methods}
@@ -89,15 +109,11 @@ def main() -> None:
         scans = [read_scan(cases[i].scan) for i in train_idx]
         truths = [case_truth(cases[i], len(organs)) for i in train_idx]
         boxes = [t.boxes() if isinstance(t, OrganSlices) else t for t in truths]
-        t0 = time.perf_counter()
-        forest = OrganLocalizer(organs, **params).fit(scans, truths)
-        fit_s["forest"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        body = BodyRelativeMeanBox().fit(scans, boxes)
-        fit_s["body_mean_box"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        atlas = MultiAtlasAffine(n_atlases=5).fit(scans, boxes)
-        fit_s["multi_atlas"] += time.perf_counter() - t0
+        fitted = {}
+        for name in methods:
+            t0 = time.perf_counter()
+            fitted[name] = fit_method(name, scans, truths, boxes, organs, params, args.seed)
+            fit_s[name] += time.perf_counter() - t0
         del scans
         for j, i in enumerate(test_idx):
             scan = read_scan(cases[i].scan)
@@ -107,7 +123,7 @@ def main() -> None:
             per_scan["case"].append(cases[i].name)
             per_scan["fold"].append(f)
             per_scan["truth_mm"].append(t_full)
-            for name, method in (("forest", forest), ("body_mean_box", body), ("multi_atlas", atlas)):
+            for name, method in fitted.items():
                 if name == "multi_atlas" and j >= args.atlas_cases:
                     per_scan[f"{name}_mm"].append(np.full((n_org, 6), np.nan))
                     per_scan[f"{name}_present"].append(np.zeros(n_org, bool))
@@ -124,9 +140,8 @@ def main() -> None:
                             per_scan["forest_voted_mm"].append(voted)
                     memory[name] = max(memory[name], peak / 2**20)
                     (full if k == 0 else cut)[name].add(pred, present, t_img, known, dt if k == 0 else None)
-        print(f"fold {f + 1}/{args.folds}: forest {full['forest'].mean_wall_error():.2f} mm, "
-              f"body box {full['body_mean_box'].mean_wall_error():.2f} mm, "
-              f"atlas {full['multi_atlas'].mean_wall_error():.2f} mm so far", flush=True)
+        print(f"fold {f + 1}/{args.folds}: " + ", ".join(f"{m} {full[m].mean_wall_error():.2f} mm" for m in methods)
+              + " so far", flush=True)
 
     print("\nmean absolute wall error (mm) per organ, cross-validated on unseen cases (n = scans scored)")
     print(f"{'organ':<14}" + "".join(f"{m:>22}" for m in methods))
@@ -143,10 +158,11 @@ def main() -> None:
     print("\nseconds per scan (median), peak memory of one localization (MiB), fit seconds over all folds")
     for m in methods:
         print(f"  {m:<14} {np.median(full[m].seconds):7.3f} s  {memory[m]:8.0f} MiB  fit {fit_s[m]:7.1f} s")
-    fw = full["forest"].mean_wall_error()
-    print(f"\nratios (forest / peer): wall error vs body box {fw / full['body_mean_box'].mean_wall_error():.2f}, "
-          f"vs multi-atlas {fw / full['multi_atlas'].mean_wall_error():.2f}; time vs multi-atlas "
-          f"{np.median(full['forest'].seconds) / np.median(full['multi_atlas'].seconds):.3f}")
+    if "forest" in methods and len(methods) > 1:
+        fw, ft = full["forest"].mean_wall_error(), np.median(full["forest"].seconds)
+        print("\nratios (forest / peer), wall error and seconds per scan: " + "; ".join(
+            f"{m} {fw / full[m].mean_wall_error():.2f}, {ft / np.median(full[m].seconds):.3f}"
+            for m in methods if m != "forest"))
     if args.json:
         doc = {m: {"organs": full[m].rows(), "mean_wall_mm": full[m].mean_wall_error(),
                    "presence_full": full[m].presence_accuracy(), "presence_slabs": cut[m].presence_accuracy(),

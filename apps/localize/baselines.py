@@ -1,10 +1,15 @@
-"""The two baselines the localizer is measured against (benchmarks/localize_eval.py).
+"""The three baselines the localizer is measured against (benchmarks/localize_eval.py).
 
 - `BodyRelativeMeanBox`: each organ's population mean box, in coordinates relative to the body's bounding box
   (0 at the body's lower face, 1 at its upper face, per axis), placed in the test scan's body box.
 - `MultiAtlasAffine`: k atlases (training scans with their boxes) registered to the test scan by an affine
   transform (SimpleITK, Mattes mutual information, two resolution levels); each atlas's box corners are mapped
   into the test scan and the per-wall median over the atlases is the answer.
+- `ExtraTreesVoting`: the quick regression-voting prototype a user would write first: per organ, scikit-learn's
+  ExtraTreesRegressor on a fixed set of random displaced-box means (mm, on the 4 mm working grid's integral image)
+  regresses every body voxel's displacements to the organ's six walls; a scan's box is the per-wall median of all
+  its voxels' votes. No vote selection, no presence model (an organ is reported where the training scans mostly
+  had it), no fine stages: what separates it from `OrganLocalizer` is the method, not the features.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import warnings
 import numpy as np
 import SimpleITK as sitk
 
-from apps.localize.scans import body_edges, body_mask, voxel_box, working_image
+from apps.localize.scans import AIR_HU, body_edges, body_mask, voxel_box, voxel_positions, working_image
+from apps.localize.voting import WALL_AXIS
+from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 
 
@@ -107,3 +114,84 @@ class MultiAtlasAffine:
             median = np.array([voxel_box(scan, b) for b in np.nanmedian(stack, axis=0)])
         present = np.mean(~np.isnan(stack[:, :, 0]), axis=0) >= 0.5
         return median, present
+
+
+class ExtraTreesVoting:
+    """Per-organ scikit-learn ExtraTreesRegressor on random box features; every voxel votes, per-wall median.
+
+    Parameters
+    ----------
+    n_features : random displaced-box means per voxel (offsets up to `max_offset_mm`, sides `box_size_mm`, mm)
+    points_per_scan : random body voxels per training scan; vote_points : body voxels voting per test scan
+    n_trees, min_samples_leaf, max_features : the ExtraTreesRegressor's
+    """
+
+    def __init__(self, n_features: int = 200, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
+                 points_per_scan: int = 400, vote_points: int = 4000, n_trees: int = 16, min_samples_leaf: int = 5,
+                 max_features: float = 0.3, spacing_mm: float = 4.0, n_jobs: int = -1, seed: int = 0) -> None:
+        self.n_features = n_features
+        self.max_offset_mm = max_offset_mm
+        self.box_size_mm = box_size_mm
+        self.points_per_scan = points_per_scan
+        self.vote_points = vote_points
+        self.n_trees = n_trees
+        self.min_samples_leaf = min_samples_leaf
+        self.max_features = max_features
+        self.spacing_mm = spacing_mm
+        self.n_jobs = n_jobs
+        self.seed = seed
+
+    def _features(self, work: Image, zyx: np.ndarray) -> np.ndarray:
+        """(n, n_features) float32 box means around the voxels zyx (n, 3) of a working-grid image."""
+        stack = ImageStack.from_images([work], integral=True)
+        points = np.c_[np.zeros(len(zyx)), zyx].astype(np.int32)
+        n = len(points)
+        responses = self.family_.responses((stack, points), self.params_, np.arange(n, dtype=np.int64),
+                                           np.zeros(n, dtype=np.int64))
+        return np.ascontiguousarray(responses.T)
+
+    def fit(self, scans: list[Image], boxes: list[np.ndarray]) -> ExtraTreesVoting:
+        from sklearn.ensemble import ExtraTreesRegressor  # a dev dependency, needed by this benchmark peer only
+
+        rng = np.random.default_rng(self.seed)
+        self.family_ = BoxFeatures(max_offset_mm=float(self.max_offset_mm), box_size_mm=tuple(self.box_size_mm),
+                                   fill=AIR_HU)
+        self.params_ = self.family_.sample(rng, 1, int(self.n_features))
+        n_org = boxes[0].shape[0]
+        X, Y = [], []
+        for scan, b in zip(scans, boxes, strict=True):
+            work = working_image(scan, self.spacing_mm)
+            zz, yy, xx = np.nonzero(body_mask(work))
+            pick = np.sort(rng.choice(zz.size, size=min(int(self.points_per_scan), zz.size), replace=False))
+            zyx = np.c_[zz[pick], yy[pick], xx[pick]]
+            X.append(self._features(work, zyx))
+            pos = voxel_positions(work, zyx)[:, WALL_AXIS]  # (n, 6) the voxel's coordinate along each wall's axis
+            Y.append(b[None, :, :] - pos[:, None, :])  # (n, n_organs, 6), NaN where the organ is not contoured
+        X_all, Y_all = np.concatenate(X), np.concatenate(Y)
+        self.models_ = []
+        for o in range(n_org):
+            rows = ~np.isnan(Y_all[:, o, 0])
+            if not rows.any():
+                self.models_.append(None)
+                continue
+            model = ExtraTreesRegressor(n_estimators=int(self.n_trees), min_samples_leaf=int(self.min_samples_leaf),
+                                        max_features=self.max_features, n_jobs=self.n_jobs,
+                                        random_state=int(rng.integers(2**31)))
+            self.models_.append(model.fit(X_all[rows], Y_all[rows, o]))
+        self.present_ = np.mean([~np.isnan(b[:, 0]) for b in boxes], axis=0) >= 0.5
+        return self
+
+    def predict(self, scan: Image) -> tuple[np.ndarray, np.ndarray]:
+        work = working_image(scan, self.spacing_mm)
+        zz, yy, xx = np.nonzero(body_mask(work))
+        out = np.full((len(self.models_), 6), np.nan)
+        if zz.size == 0:
+            return out, np.zeros(len(self.models_), dtype=bool)
+        pick = np.linspace(0, zz.size - 1, min(int(self.vote_points), zz.size)).round().astype(np.int64)
+        zyx = np.c_[zz[pick], yy[pick], xx[pick]]
+        X = self._features(work, zyx)
+        pos = voxel_positions(work, zyx)[:, WALL_AXIS]
+        for o, model in enumerate(self.models_):
+            if model is not None:
+                out[o] = voxel_box(scan, np.median(pos + model.predict(X), axis=0))
+        return out, self.present_ & ~np.isnan(out[:, 0])
