@@ -100,9 +100,9 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
     (mm) and its leaf's variance (inf: the leaf does not vote). Returns two (n_slices, 4) arrays, NaN where a
     slice has no vote.
     """
-    # Plain loops over preallocated buffers and a hand-written selection: numba's np.median, np.partition,
-    # np.argsort, np.full or slice assignments would add seconds of compilation to the command's first run
-    # with an empty cache.
+    # Plain loops over preallocated buffers and the shared selection: numba's np.median, np.partition,
+    # np.argsort, np.full, np.zeros or slice assignments would add seconds of compilation to the command's
+    # first run with an empty cache.
     m = slice_of.shape[0]
     start = np.empty(n_slices + 1, dtype=np.int64)
     for s in range(n_slices + 1):
