@@ -408,3 +408,14 @@ def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_mo
     save_model(tmp_path / "bad.npz", meta, bad)
     with pytest.raises(ModelFormatError, match=r"leaf\.corr"):
         OrganLocalizer.load(tmp_path / "bad.npz")
+
+
+def test_answers_do_not_depend_on_the_thread_count(small_model, phantoms):
+    """Organs are voted on threads (and kernels run on numba's): one thread or two, the same answer."""
+    ct, _ = phantoms[6]
+    answers = []
+    for n_jobs in (1, 2):
+        model = copy.copy(small_model)
+        model.n_jobs = n_jobs
+        answers.append([np.r_[o.box_mm, o.box_std_mm, o.probability] for o in model.localize(ct).organs])
+    assert np.array_equal(np.array(answers[0]), np.array(answers[1]), equal_nan=True)

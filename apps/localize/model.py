@@ -27,8 +27,10 @@ the x/y walls with the extremes of per-slice cross-sections voted over the casca
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
@@ -470,7 +472,12 @@ class OrganLocalizer(PlainTrees):
         votes = Votes.group(leaves)
         slot = votes.slots(self.forest_.n_leaves)
         edges = body_edges(mask, work)
-        organs = [self._vote(o, votes, slot, pos, extent, edges) for o in range(len(self.organs))]
+        with numba_threads(self.n_jobs):
+            n_threads = min(numba.get_num_threads(), len(self.organs))
+        # The organs' votes are independent and their kernel runs without the GIL: one thread per core (the
+        # answers do not depend on the thread count).
+        with ThreadPoolExecutor(n_threads) as pool:
+            organs = list(pool.map(lambda o: self._vote(o, votes, slot, pos, extent, edges), range(len(self.organs))))
         t3 = time.perf_counter()
         refiners = getattr(self, "refiners_", None) or []
         todo = [o for o, r in enumerate(refiners) if r is not None and organs[o].present

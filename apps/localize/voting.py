@@ -88,7 +88,7 @@ def confident_walls(order: np.ndarray, wall_mean: np.ndarray, votes: Votes, slot
     return boxes, spreads
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the localizer votes several organs at once on threads
 def _confident_medians(order, wall_mean, start, vote_point, slot, pos, keeps, most,
                        capacity):  # pragma: no cover - numba
     """Per wall k, the votes of the reached leaves in `order[k]` until every selection s holds keeps[s] votes
