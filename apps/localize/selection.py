@@ -48,3 +48,12 @@ def median_inplace(a, n):  # pragma: no cover - numba
     for i in range(1, n // 2):
         lower = max(lower, a[i])
     return 0.5 * (lower + upper)
+
+
+@njit(cache=True)
+def median_and_spread(a, n):  # pragma: no cover - numba
+    """Median of a[:n] and its robust spread 1.4826 x MAD (the median absolute deviation): a[:n] is overwritten."""
+    centre = median_inplace(a, n)
+    for i in range(n):
+        a[i] = abs(a[i] - centre)
+    return centre, 1.4826 * median_inplace(a, n)

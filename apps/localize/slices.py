@@ -24,7 +24,7 @@ from numba import njit
 from numpy.lib.stride_tricks import sliding_window_view
 
 from apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
-from apps.localize.selection import median_inplace, select_kth
+from apps.localize.selection import median_and_spread, select_kth
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
@@ -143,11 +143,7 @@ def slice_medians(slice_of, values, variances, n_slices, fraction):  # pragma: n
                 if var_buf[i] == threshold:
                     work[c] = val_buf[i]
                     c += 1
-            centre = median_inplace(work, keep)
-            for i in range(keep):
-                work[i] = abs(work[i] - centre)
-            med[s, k] = centre
-            spread[s, k] = 1.4826 * median_inplace(work, keep)
+            med[s, k], spread[s, k] = median_and_spread(work, keep)
     return med, spread
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from apps.localize.selection import median_inplace
+from apps.localize.selection import median_and_spread
 
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
@@ -128,9 +128,5 @@ def _confident_medians(order, wall_mean, start, vote_point, slot, pos, keeps, mo
                 continue
             for i in range(end):
                 work[i] = buf[i]
-            centre = median_inplace(work, end)
-            for i in range(end):
-                work[i] = abs(work[i] - centre)
-            boxes[s, k] = centre
-            spreads[s, k] = 1.4826 * median_inplace(work, end)
+            boxes[s, k], spreads[s, k] = median_and_spread(work, end)
     return boxes, spreads
