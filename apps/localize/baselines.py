@@ -162,6 +162,8 @@ class ExtraTreesVoting:
         for scan, b in zip(scans, boxes, strict=True):
             work = working_image(scan, self.spacing_mm)
             zz, yy, xx = np.nonzero(body_mask(work))
+            if zz.size == 0:  # nothing to learn from a scan without body voxels
+                continue
             pick = np.sort(rng.choice(zz.size, size=min(int(self.points_per_scan), zz.size), replace=False))
             zyx = np.c_[zz[pick], yy[pick], xx[pick]]
             X.append(self._features(work, zyx))
