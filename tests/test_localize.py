@@ -297,38 +297,6 @@ def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, 
         OrganLocalizer(list(ORGANS), **{**cascade, "refine_reach_mm": (30.0, 20.0, 10.0)}).fit(scans, truths)
 
 
-def test_fine_stage_feature_boxes_follow_refine_box_mm(phantoms, tmp_path: Path):
-    """`refine_box_mm` sets the fine stages' longest feature box (the slice stage keeps 20 mm) and grows their
-    regions by half a box; it is saved with the model, and files written before it load with 20 mm boxes."""
-    from imageforest.forest.serialization import load_model, save_model
-
-    scans = [c for c, _ in phantoms[:2]]
-    truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:2]]
-    settings = {**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 1, "refine_points": 200, "slice_points": 200}
-    model = OrganLocalizer(list(ORGANS), **settings, refine_box_mm=40.0).fit(scans, truths)
-    assert model._fine_box_pad() == 20.0
-    sizes = np.concatenate([r.forest_.params[:, 4:7].ravel() for c in model.refiners_ if c for r in c])
-    assert sizes.max() > 20.0 and sizes.max() <= 40.0
-    assert all(r.box_size_mm == (2.0, 40.0) for c in model.refiners_ if c for r in c)
-    assert all(s.box_size_mm == (2.0, 20.0) for s in model.slicers_ if s is not None)
-    model.save(tmp_path / "m.npz")
-    again = OrganLocalizer.load(tmp_path / "m.npz")
-    assert again.refine_box_mm == 40.0
-    ct = phantoms[6][0]
-    for a, b in zip(model.localize(ct).organs, again.localize(ct).organs, strict=True):
-        np.testing.assert_array_equal(a.box_mm, b.box_mm)
-    # The regions' extra room is part of the answer: a file claiming 20 mm boxes (as files written before the
-    # setting existed do, having none) gets no extra room.
-    meta, arrays = load_model(tmp_path / "m.npz")
-    hyper = {k: v for k, v in meta["hyper_parameters"].items() if k != "refine_box_mm"}
-    save_model(tmp_path / "old.npz", {**meta, "hyper_parameters": hyper}, arrays)
-    old = OrganLocalizer.load(tmp_path / "old.npz")
-    assert old.refine_box_mm == 20.0 and old._fine_box_pad() == 0.0
-    assert OrganLocalizer(list(ORGANS))._fine_box_pad() == 0.0
-    with pytest.raises(InvalidInputError, match="refine_box_mm"):
-        OrganLocalizer(list(ORGANS), **settings, refine_box_mm=1.0).fit(scans, truths)
-
-
 def test_second_stage_off_answers_from_the_first(phantoms):
     scans = [c for c, _ in phantoms[:2]]
     truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:2]]

@@ -59,7 +59,6 @@ TRIU_PAIRS = (TRIU[0][~TRIU_DIAGONAL], TRIU[1][~TRIU_DIAGONAL])
 SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor around max_spread_mm
 MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
 PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
-FINE_BOX_MM = 20.0  # longest feature-box edge of the slice stage (and of the fine stages unless refine_box_mm)
 COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (std > 250 mm) carry no position
 MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 # Settings of the fine stages that may differ from stage to stage (a scalar applies to every stage).
@@ -143,10 +142,6 @@ class OrganLocalizer(PlainTrees):
         Training regions sit around the true box moved by N(0, jitter) per wall (the previous stage's error).
     refine_points, refine_votes
         Voxels per training scan and organ; most voxels that vote per organ at test time.
-    refine_box_mm : float
-        Longest edge (mm) of the fine stages' feature boxes (the shortest is one fine voxel). Boxes longer than
-        20 mm let a voxel near a z wall average a whole slab of its neighbourhood; the fine regions then grow by
-        half a box.
     refine_fraction, refine_passes
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
     slice_elongation : float or None
@@ -180,10 +175,10 @@ class OrganLocalizer(PlainTrees):
                  refine_min_samples_leaf: int | tuple = (50, 30), refine_margin_mm: float | tuple = (10.0, 6.0),
                  refine_reach_mm: float | tuple = (30.0, 20.0), refine_jitter_mm: float | tuple = (6.0, 3.0),
                  refine_points: int | tuple = 600, refine_votes: int = 2000, refine_fraction: float = 0.05,
-                 refine_passes: int = 1, refine_box_mm: float = 20.0, slice_elongation: float | None = 4.0,
-                 slice_trees: int = 4, slice_min_samples_leaf: int = 30, slice_margin_mm: float = 10.0,
-                 slice_reach_mm: float = 20.0, slice_points: int = 800, slice_fraction: float = 0.1,
-                 slice_window: int = 5, random_state=None, n_jobs: int | None = None) -> None:
+                 refine_passes: int = 1, slice_elongation: float | None = 4.0, slice_trees: int = 4,
+                 slice_min_samples_leaf: int = 30, slice_margin_mm: float = 10.0, slice_reach_mm: float = 20.0,
+                 slice_points: int = 800, slice_fraction: float = 0.1, slice_window: int = 5, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.organs = organs
         self.spacing_mm = spacing_mm
         self.n_trees = n_trees
@@ -213,7 +208,6 @@ class OrganLocalizer(PlainTrees):
         self.refine_votes = refine_votes
         self.refine_fraction = refine_fraction
         self.refine_passes = refine_passes
-        self.refine_box_mm = refine_box_mm
         self.slice_elongation = slice_elongation
         self.slice_trees = slice_trees
         self.slice_min_samples_leaf = slice_min_samples_leaf
@@ -253,8 +247,6 @@ class OrganLocalizer(PlainTrees):
         for name in ("refine_votes", "refine_passes"):
             if int(getattr(self, name)) < 1:
                 raise InvalidInputError(f"{name} must be >= 1")
-        if not (isinstance(self.refine_box_mm, (int, float)) and self.refine_box_mm >= self.refine_spacing_mm):
-            raise InvalidInputError(f"refine_box_mm must be a length >= refine_spacing_mm, got {self.refine_box_mm!r}")
         if self.slice_elongation is not None and not (isinstance(self.slice_elongation, (int, float))
                                                       and self.slice_elongation >= 0):
             raise InvalidInputError(f"slice_elongation must be None (off) or >= 0, got {self.slice_elongation!r}")
@@ -382,17 +374,10 @@ class OrganLocalizer(PlainTrees):
     def _fine_forest(self, kind: type[WallRefiner], seed: int, n_trees, min_samples_leaf, reach_mm) -> WallRefiner:
         """An unfitted forest of the fine grid (a fine stage's `WallRefiner` or the slice stage's
         `SliceWallRefiner`): T, leaf size and feature reach (mm) of its stage, the rest shared."""
-        box_mm = float(self.refine_box_mm) if kind is WallRefiner else FINE_BOX_MM
         return kind(spacing_mm=float(self.refine_spacing_mm), n_trees=int(n_trees), max_depth=self.refine_depth,
                     n_candidates=self.n_candidates, n_thresholds=self.n_thresholds,
                     min_samples_leaf=int(min_samples_leaf), reach_mm=float(reach_mm),
-                    box_size_mm=(float(self.refine_spacing_mm), box_mm), random_state=seed, n_jobs=self.n_jobs)
-
-    def _fine_box_pad(self) -> float:
-        """Extra room (mm) around the fine stages' regions, at training and at test time, for feature boxes longer
-        than 20 mm: half a box, so that a box centred at the features' reach still lies inside the region. With
-        20 mm boxes, none (as the fine stages had before `refine_box_mm`, and as models saved then were trained)."""
-        return float(self.refine_box_mm) / 2 if float(self.refine_box_mm) > FINE_BOX_MM else 0.0
+                    box_size_mm=(float(self.refine_spacing_mm), 20.0), random_state=seed, n_jobs=self.n_jobs)
 
     def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator,
                          stages: list[dict]) -> None:
@@ -402,8 +387,7 @@ class OrganLocalizer(PlainTrees):
         for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
             for s, stage in enumerate(stages):
                 region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
-                                                 stage["refine_margin_mm"],
-                                                 stage["refine_reach_mm"] + self._fine_box_pad(),
+                                                 stage["refine_margin_mm"], stage["refine_reach_mm"],
                                                  int(stage["refine_points"]), rng)
                 _add_region(fine[o][s], region, zyx, y)
 
@@ -506,8 +490,7 @@ class OrganLocalizer(PlainTrees):
                       + [float(self.slice_margin_mm) + float(self.slice_reach_mm)])
             boxes = np.array([organs[o].box_mm for o in todo])
             union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
-            pad += PASS_SLACK_MM + self._fine_box_pad()
-            region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad)
+            region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
             stack = ImageStack.from_images([region], integral=True)
             slicers = getattr(self, "slicers_", None) or [None] * len(self.organs)
             for o in todo:
