@@ -1,6 +1,7 @@
 """Cross-validated CT organ localization against three baselines, side by side in one run.
 
     python benchmarks/localize_eval.py ../shared/data/openkbp-hn [--folds 4] [--atlas-cases 12] [--methods ...]
+    python benchmarks/localize_eval.py --rescore PREDICTIONS.npz [--contour-stop-walls Organ:wall,...]
 
 For a folder in the openkbp-hn format: per organ, mean absolute wall error (mm), centroid error (mm), presence
 accuracy and seconds per scan of
@@ -18,6 +19,11 @@ in test order), its case name and fold, the reference boxes and every method's b
 walls as voted before they move to voxel faces, so per-case analyses need no retraining (no pickle: names are a
 unicode array; a box counts only where its presence flag is set; NaN reference rows for organs not contoured, NaN
 multi-atlas rows for the scans it did not run).
+
+The tables add a second mean without the walls `--contour-stop-walls` names (by default the spinal cord's and the
+esophagus's lower walls, which in this data are where a clinician stopped contouring: see
+`benchmarks/localize_contour_ends.py`); the main figure keeps every wall. `--rescore F.npz` prints the wall tables
+of a saved `--predictions` file again (no training; presence on slabs is not in the file).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apps.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting, MultiAtlasAffine
-from apps.localize.evaluate import OrganScores
+from apps.localize.evaluate import CONTOUR_STOP_WALLS, WALL_NAMES, OrganScores, parse_walls
 from apps.localize.model import OrganLocalizer, boxes_in_view
 from apps.localize.recipe import PARAMETERS
 from apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
@@ -72,7 +78,7 @@ def _predict(method, img) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases_dir", type=Path)
+    ap.add_argument("cases_dir", type=Path, nargs="?")
     ap.add_argument("--folds", type=int, default=4)
     ap.add_argument("--max-cases", type=int, default=None, help="use only the first N cases (quick runs)")
     ap.add_argument("--atlas-cases", type=int, default=12, help="test cases per fold for the atlas baseline")
@@ -82,7 +88,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--predictions", type=Path, default=None, help="per-scan boxes of every method (.npz)")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ", ".join(METHODS))
+    ap.add_argument("--contour-stop-walls", default=CONTOUR_STOP_WALLS,
+                    help="walls (Organ:wall, wall one of " + ", ".join(WALL_NAMES) + ") left out of the second mean")
+    ap.add_argument("--rescore", type=Path, default=None, help="print the wall tables of a --predictions file")
     args = ap.parse_args()
+    if args.rescore is not None:
+        rescore(args.rescore, args.contour_stop_walls)
+        return
+    if args.cases_dir is None:
+        ap.error("give CASES_DIR (or --rescore F.npz)")
     methods = tuple(m for m in METHODS if m in args.methods.split(","))
     unknown = set(args.methods.split(",")) - set(METHODS)
     if unknown or not methods:
@@ -143,15 +157,8 @@ def main() -> None:
         print(f"fold {f + 1}/{args.folds}: " + ", ".join(f"{m} {full[m].mean_wall_error():.2f} mm" for m in methods)
               + " so far", flush=True)
 
-    print("\nmean absolute wall error (mm) per organ, cross-validated on unseen cases (n = scans scored)")
-    print(f"{'organ':<14}" + "".join(f"{m:>22}" for m in methods))
-    for k, organ in enumerate(organs):
-        cells = []
-        for m in methods:
-            row = full[m].rows()[k]
-            cells.append(f"{row['wall_mm']:8.2f} (c {row['centroid_mm']:5.1f}, n {row['n']:3d})")
-        print(f"{organ:<14}" + "".join(f"{c:>22}" for c in cells))
-    print(f"{'all organs':<14}" + "".join(f"{full[m].mean_wall_error():22.2f}" for m in methods))
+    leave_out = parse_walls(args.contour_stop_walls, organs)
+    print_wall_table(full, methods, organs, leave_out, args.contour_stop_walls)
     print("\npresence accuracy: full scans (contoured organs found) | slabs (organs out of view called absent)")
     for m in methods:
         print(f"  {m:<14} {full[m].presence_accuracy():.3f} | {cut[m].presence_accuracy():.3f}")
@@ -165,14 +172,50 @@ def main() -> None:
             for m in methods if m != "forest"))
     if args.json:
         doc = {m: {"organs": full[m].rows(), "mean_wall_mm": full[m].mean_wall_error(),
+                   "mean_wall_mm_without_contour_stops": full[m].mean_wall_error(leave_out),
                    "presence_full": full[m].presence_accuracy(), "presence_slabs": cut[m].presence_accuracy(),
                    "seconds_median": float(np.median(full[m].seconds)), "peak_mib": memory[m]} for m in methods}
         doc["protocol"] = (f"benchmarks/localize_eval.py: {len(cases)} cases, {args.folds}-fold cross-validation, "
                            f"seed {args.seed}; multi-atlas on {args.atlas_cases} test cases per fold")
+        doc["contour_stop_walls"] = args.contour_stop_walls
         args.json.write_text(json.dumps(doc, indent=2))
     if args.predictions:
         arrays = {k: np.array(v, dtype=np.str_ if k == "case" else None) for k, v in per_scan.items()}
         np.savez_compressed(args.predictions, organs=np.array(organs, dtype=np.str_), **arrays)
+
+
+def print_wall_table(full: dict[str, OrganScores], methods, organs: list[str], leave_out: dict[int, list[int]],
+                     spec: str) -> None:
+    """Per organ and method: mean wall error (centroid error, scans scored); the mean over organs with every wall
+    and without the walls `leave_out` (named by `spec`)."""
+    print("\nmean absolute wall error (mm) per organ, cross-validated on unseen cases (n = scans scored)")
+    print(f"{'organ':<14}" + "".join(f"{m:>22}" for m in methods))
+    for k, organ in enumerate(organs):
+        cells = []
+        for m in methods:
+            row = full[m].rows()[k]
+            cells.append(f"{row['wall_mm']:8.2f} (c {row['centroid_mm']:5.1f}, n {row['n']:3d})")
+        print(f"{organ:<14}" + "".join(f"{c:>22}" for c in cells))
+    print(f"{'all organs':<14}" + "".join(f"{full[m].mean_wall_error():22.2f}" for m in methods))
+    if leave_out:
+        print(f"{'  without':<14}" + "".join(f"{full[m].mean_wall_error(leave_out):22.2f}" for m in methods)
+              + f"   (walls left out: {spec})")
+
+
+def rescore(path: Path, spec: str) -> None:
+    """The wall tables of a `--predictions` file (a method's box counts where its presence flag is set)."""
+    with np.load(path, allow_pickle=False) as p:
+        organs = [str(o) for o in p["organs"]]
+        methods = [m for m in METHODS if f"{m}_mm" in p.files]
+        truths = p["truth_mm"]
+        full = {m: OrganScores(organs) for m in methods}
+        for m in methods:
+            for pred, present, truth in zip(p[f"{m}_mm"], p[f"{m}_present"], truths, strict=True):
+                if m == "multi_atlas" and np.all(np.isnan(pred)):
+                    continue  # a scan the atlases did not run on
+                full[m].add(pred, present, truth)
+    print(f"{path}: {len(truths)} test scans")
+    print_wall_table(full, methods, organs, parse_walls(spec, organs), spec)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from imageforest.exceptions import InvalidInputError
+
+WALL_NAMES = ("x_lo", "x_hi", "y_lo", "y_hi", "z_lo", "z_hi")  # order of a box's six walls (mm, LPS)
+# The walls of the head-and-neck data set by where a clinician stopped contouring, not by an edge in the image: the
+# cord and the esophagus run on below every scan (benchmarks/localize_contour_ends.py measures how often).
+CONTOUR_STOP_WALLS = "SpinalCord:z_lo,Esophagus:z_lo"
+
+
+def parse_walls(spec: str, organs: list[str]) -> dict[int, list[int]]:
+    """Walls named as "Organ:wall,..." (wall one of WALL_NAMES) -> {organ index: [wall indices]}; organs the
+    list does not hold are skipped (a model of other organs), an unknown wall name raises InvalidInputError."""
+    out: dict[int, list[int]] = {}
+    for item in filter(None, (t.strip() for t in spec.split(","))):
+        organ, _, wall = item.partition(":")
+        if wall not in WALL_NAMES:
+            raise InvalidInputError(f"{item!r}: a wall is Organ:{'|'.join(WALL_NAMES)}")
+        if organ in organs:
+            out.setdefault(organs.index(organ), []).append(WALL_NAMES.index(wall))
+    return out
 
 @dataclass
 class OrganScores:
@@ -56,12 +75,18 @@ class OrganScores:
         if seconds is not None:
             self.seconds.append(float(seconds))
 
-    def organ_wall_error(self, k: int) -> float:
-        return float(np.mean(self.walls[k])) if self.walls[k] else float("nan")
+    def organ_wall_error(self, k: int, leave_out: list[int] | tuple = ()) -> float:
+        """Organ k's mean wall error over its scans and walls, without the walls `leave_out` (indices)."""
+        if not self.walls[k]:
+            return float("nan")
+        keep = np.setdiff1d(np.arange(6), leave_out)
+        return float(np.mean(np.array(self.walls[k])[:, keep]))
 
-    def mean_wall_error(self) -> float:
-        """Mean over organs of each organ's mean wall error."""
-        vals = [self.organ_wall_error(k) for k in range(len(self.organs)) if self.walls[k]]
+    def mean_wall_error(self, leave_out: dict[int, list[int]] | None = None) -> float:
+        """Mean over organs of each organ's mean wall error; `leave_out` ({organ: [walls]}, see `parse_walls`)
+        drops some walls from their organ's mean."""
+        leave_out = leave_out or {}
+        vals = [self.organ_wall_error(k, leave_out.get(k, ())) for k in range(len(self.organs)) if self.walls[k]]
         return float(np.mean(vals)) if vals else float("nan")
 
     def presence_accuracy(self) -> float:
