@@ -45,6 +45,7 @@ from apps.localize.recipe import PARAMETERS
 from apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
 from apps.localize.training import case_truth
 from benchmarks._measure import measure
+from imageforest.exceptions import InvalidInputError
 
 METHODS = ("forest", "body_mean_box", "multi_atlas", "extra_trees")
 
@@ -92,6 +93,10 @@ def main() -> None:
                     help="walls (Organ:wall, wall one of " + ", ".join(WALL_NAMES) + ") left out of the second mean")
     ap.add_argument("--rescore", type=Path, default=None, help="print the wall tables of a --predictions file")
     args = ap.parse_args()
+    try:
+        parse_walls(args.contour_stop_walls, [])
+    except InvalidInputError as exc:
+        ap.error(f"--contour-stop-walls: {exc}")
     if args.rescore is not None:
         rescore(args.rescore, args.contour_stop_walls)
         return
@@ -203,7 +208,7 @@ def print_wall_table(full: dict[str, OrganScores], methods, organs: list[str], l
 
 
 def rescore(path: Path, spec: str) -> None:
-    """The wall tables of a `--predictions` file (a method's box counts where its presence flag is set)."""
+    """The wall tables of a `--predictions` file, scored as the run that wrote it scored them."""
     with np.load(path, allow_pickle=False) as p:
         organs = [str(o) for o in p["organs"]]
         methods = [m for m in METHODS if f"{m}_mm" in p.files]

@@ -32,6 +32,7 @@ def parse_walls(spec: str, organs: list[str]) -> dict[int, list[int]]:
             out.setdefault(organs.index(organ), []).append(WALL_NAMES.index(wall))
     return out
 
+
 @dataclass
 class OrganScores:
     """Accumulated scores of one method for every organ."""
