@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	$(BIN)/python -m apps.localize.warmup
+	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
 	touch $(STAMP)
 
 test: install
@@ -21,7 +21,7 @@ test: install
 
 # The main job: localize the organs of a generated head-and-neck phantom with the shipped default model.
 demo: install
-	$(BIN)/python -m apps.localize.demo --out demo_out
+	$(BIN)/python -m imageforest.apps.localize.scripts.demo --out demo_out
 
 demo-engine: install
 	$(BIN)/python examples/demo.py --out demo_out
@@ -30,19 +30,19 @@ gallery: install
 	$(BIN)/python examples/gallery.py --out gallery
 
 bench: install
-	$(BIN)/python benchmarks/engine_vs_sklearn.py
+	$(BIN)/python benchmarks/engine/vs_sklearn.py
 
 # Cross-validated CT localization against the body-relative mean box and multi-atlas registration (long).
 bench-localize: install
 	mkdir -p bench_out
-	$(BIN)/python benchmarks/localize_eval.py ../shared/data/openkbp-hn --json bench_out/localize_eval.json
+	$(BIN)/python benchmarks/localize/cross_validate.py ../shared/data/openkbp-hn --json bench_out/localize_eval.json
 
 bench-imaging: install
-	$(BIN)/python benchmarks/imaging.py
+	$(BIN)/python benchmarks/imaging/vs_numpy.py
 
 # Long: Isomap and SpectralEmbedding at n = 20,000 take minutes each.
 bench-unsupervised: install
-	$(BIN)/python benchmarks/unsupervised_vs_sklearn.py
+	$(BIN)/python benchmarks/engine/unsupervised_vs_sklearn.py
 
 lint: install
 	$(BIN)/python -m ruff check .

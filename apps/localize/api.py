@@ -1,6 +1,6 @@
 """The localizer's entry points shared by the CLI, the demo and the benchmarks.
 
-    from apps.localize.api import load_localizer, localize_file
+    from imageforest.apps.localize.api import load_localizer, localize_file
     model = load_localizer()                     # the default head-and-neck model shipped in the package
     document, result, scan = localize_file("scan.nii.gz", model)
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from apps.localize.model import Localization, OrganLocalizer
-from apps.localize.report import localization_json
-from apps.localize.scans import read_scan
+from imageforest.apps.localize.model import Localization, OrganLocalizer
+from imageforest.apps.localize.report import localization_json
+from imageforest.apps.localize.scans import read_scan
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 
@@ -47,7 +47,7 @@ def check_organs(model: OrganLocalizer, organs: list[str] | None) -> list[str] |
 
 def localize_file(path: str | Path, model: OrganLocalizer, organs: list[str] | None = None
                   ) -> tuple[dict, Localization, Image]:
-    """Read a scan, localize its organs, and build the JSON document (see `apps.localize.report`)."""
+    """Read a scan, localize its organs, and build the JSON document (see `imageforest.apps.localize.report`)."""
     t0 = time.perf_counter()
     scan = read_scan(path)
     t1 = time.perf_counter()

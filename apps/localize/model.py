@@ -17,10 +17,10 @@ spread. Whether the organ is in the field of view at all is judged on a broader 
 votes per wall, without the prior): an organ of which less than min_visible of the voted extent along some axis lies
 inside the scan is reported absent (a slab cut just below the parotids still has voxels that recall them).
 
-A second, organ-centred stage (`apps.localize.refine`) then re-votes the walls of every organ found, on a 2 mm grid
+A second, organ-centred stage (`refine.py`) then re-votes the walls of every organ found, on a 2 mm grid
 around its box, with a small forest of its own per organ; a third stage of the same kind, trained on smaller
 errors, does it again from the second's box with a closer look (a cascade of fine stages); the body-edge prior and
-the scan's faces apply again. For elongated organs (the spinal cord) a last stage (`apps.localize.slices`) replaces
+the scan's faces apply again. For elongated organs (the spinal cord) a last stage (`slices.py`) replaces
 the x/y walls with the extremes of per-slice cross-sections voted over the cascade's z range.
 """
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
-from apps.localize.scans import (
+from imageforest.apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
+from imageforest.apps.localize.scans import (
     AIR_HU,
     OrganSlices,
     body_edges,
@@ -44,8 +44,8 @@ from apps.localize.scans import (
     voxel_positions,
     working_image,
 )
-from apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
-from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
+from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
+from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
@@ -133,7 +133,7 @@ class OrganLocalizer(PlainTrees):
         Least share of that box's extent along every axis that must lie inside the scan for the organ to be
         reported present.
     refine_spacing_mm : float
-        Fine grid of the second, organ-centred stage (`apps.localize.refine`); 0 turns the stage off.
+        Fine grid of the second, organ-centred stage (`refine.py`); 0 turns the stage off.
     refine_trees, refine_depth, refine_min_samples_leaf
         T, D and leaf size of each organ's fine-stage forests.
     refine_margin_mm, refine_reach_mm
@@ -146,7 +146,7 @@ class OrganLocalizer(PlainTrees):
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
     slice_elongation : float or None
         Organs whose median training box is at least this many times longer in z than its narrower side get a
-        last, slice-wise stage for their x/y walls (`apps.localize.slices`; needs label maps and the fine
+        last, slice-wise stage for their x/y walls (`imageforest.apps.localize.slices`; needs label maps and the fine
         stages); None turns it off.
     slice_trees, slice_min_samples_leaf, slice_margin_mm, slice_reach_mm, slice_points
         T, leaf size, voter margin, feature reach and training voxels per scan of that stage's forests (their

@@ -1,4 +1,4 @@
-"""The training parameters of the default model (`python -m apps.localize.train_default`).
+"""The training parameters of the default model (`python -m imageforest.apps.localize.scripts.train_default`).
 
 `imageforest train-localizer` starts from them too, so a model trained on users' own scans gets the settings that
 were cross-validated on openkbp-hn unless a flag says otherwise. A plain dict: importing it costs nothing, which

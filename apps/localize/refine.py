@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import SimpleITK as sitk
 
-from apps.localize.scans import AIR_HU, HU_RANGE
-from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
+from imageforest.apps.localize.scans import AIR_HU, HU_RANGE
+from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective

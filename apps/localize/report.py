@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apps.localize.model import Localization
-from apps.localize.scans import box_to_index
+from imageforest.apps.localize.model import Localization
+from imageforest.apps.localize.scans import box_to_index
 from imageforest.forest.serialization import atomic_write
 from imageforest.imaging.io import Image, write_image
 

@@ -2,7 +2,7 @@
 
 numba's own np.median / np.partition compile for seconds on the command line's first run with an empty cache; these
 two plain loops compile in a fraction of that and are shared by every kernel that takes medians of votes
-(`apps.localize.voting`, `apps.localize.slices`), so they compile once per process.
+(`imageforest.apps.localize.voting`, `imageforest.apps.localize.slices`), so they compile once per process.
 """
 
 from __future__ import annotations

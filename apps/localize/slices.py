@@ -2,7 +2,7 @@
 
 A tube's box is the union of its axial cross-sections, so its x/y walls are set by the slices where it bends
 furthest: the cord's posterior wall by its lowest contoured slice, where the spine turns back into the thorax,
-often 10-20 cm from most of the organ's voxels. Voting such a wall directly (`apps.localize.refine`) asks voxels
+often 10-20 cm from most of the organ's voxels. Voting such a wall directly (`refine.py`) asks voxels
 near the skull where the cord ends up at the shoulders. Here each fine-grid voxel instead votes for the organ's
 cross-section in its own axial slice (displacements to that slice's x/y extent, which it can see); the votes of a
 slice are combined (median of the most confident, as for box walls), the per-slice walls smoothed along z (a
@@ -23,8 +23,8 @@ import numpy as np
 from numba import njit
 from numpy.lib.stride_tricks import sliding_window_view
 
-from apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
-from apps.localize.selection import median_and_spread, select_kth
+from imageforest.apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
+from imageforest.apps.localize.selection import median_and_spread, select_kth
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image

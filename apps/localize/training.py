@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apps.localize.model import OrganLocalizer
-from apps.localize.scans import Case, OrganSlices, openkbp_cases, read_scan
+from imageforest.apps.localize.model import OrganLocalizer
+from imageforest.apps.localize.scans import Case, OrganSlices, openkbp_cases, read_scan
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.io import read_image
 

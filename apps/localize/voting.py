@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from apps.localize.selection import median_and_spread
+from imageforest.apps.localize.selection import median_and_spread
 
 WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
@@ -94,7 +94,7 @@ def _confident_medians(order, wall_mean, start, vote_point, slot, pos, keeps, mo
     """Per wall k, the votes of the reached leaves in `order[k]` until every selection s holds keeps[s] votes
     (its last leaf whole), and per selection their median and 1.4826 MAD: two (n_sel, 6) arrays."""
     # A walk down the model's precomputed leaf order touches only the votes it keeps: no per-scan sort. Plain
-    # loops and the shared selection (no np.full, np.median, array max): see `apps.localize.selection`.
+    # loops and the shared selection (no np.full, np.median, array max): see `imageforest.apps.localize.selection`.
     n_sel = keeps.shape[0]
     boxes = np.empty((n_sel, 6))
     spreads = np.empty((n_sel, 6))

@@ -1,13 +1,8 @@
-"""The contour-end gap of benchmarks/localize_contour_ends.py on small synthetic volumes."""
-
-import sys
-from pathlib import Path
+"""The contour-end gap of benchmarks/localize/contour_ends.py on small synthetic volumes."""
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.localize_contour_ends import contour_end_gap
+from benchmarks.localize.contour_ends import contour_end_gap
 
 
 def _volume(tissue_from: int, organ_from: int, organ_to: int = 25) -> tuple[np.ndarray, np.ndarray]:

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.localize.model import OrganLocalizer
-from apps.localize.phantom import ORGANS, head_neck_phantom
-from apps.localize.scans import OrganSlices
-from apps.localize.slices import elongated, slice_medians
+from imageforest.apps.localize.model import OrganLocalizer
+from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+from imageforest.apps.localize.scans import OrganSlices
+from imageforest.apps.localize.slices import elongated, slice_medians
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 
 SMALL = dict(n_trees=2, max_depth=8, n_candidates=30, min_samples_leaf=10, points_per_scan=400, crops_per_scan=0,
@@ -132,7 +132,7 @@ def test_bad_slice_settings_are_refused(setting, phantoms):
 
 
 def test_hand_written_median_matches_numpy():
-    from apps.localize.selection import median_inplace, select_kth
+    from imageforest.apps.localize.selection import median_inplace, select_kth
 
     rng = np.random.default_rng(1)
     for n in range(1, 40):
@@ -147,7 +147,7 @@ def test_hand_written_median_matches_numpy():
 def test_running_median_matches_scipy_median_filter():
     from scipy import ndimage
 
-    from apps.localize.slices import running_median
+    from imageforest.apps.localize.slices import running_median
 
     rng = np.random.default_rng(2)
     for window in range(1, 9):

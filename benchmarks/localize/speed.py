@@ -22,13 +22,13 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.localize.api import load_localizer
-from apps.localize.baselines import MultiAtlasAffine
-from apps.localize.phantom import head_neck_phantom
-from apps.localize.scans import read_scan
 from benchmarks._measure import measure, mib
+from benchmarks.localize.baselines import MultiAtlasAffine
+from imageforest.apps.localize.api import load_localizer
+from imageforest.apps.localize.phantom import head_neck_phantom
+from imageforest.apps.localize.scans import read_scan
 from imageforest.imaging.io import Image, write_image
 
 

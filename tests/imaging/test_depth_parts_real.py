@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not (DATA / "hand-depth-parts").is_dir(),
                                 reason=f"shared data not found at {DATA} (real hand depth maps)")
 
 
 def test_hand_parts_on_held_out_images():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from depth_parts import load_hand
 
     from imageforest.imaging import DepthProbes, ImageClassificationForest

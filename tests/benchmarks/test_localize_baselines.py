@@ -5,10 +5,10 @@ tens of seconds per scan)."""
 import numpy as np
 import pytest
 
-from apps.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting
-from apps.localize.evaluate import OrganScores
-from apps.localize.phantom import ORGANS, head_neck_phantom
-from apps.localize.scans import OrganSlices
+from benchmarks.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting
+from imageforest.apps.localize.evaluate import OrganScores
+from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+from imageforest.apps.localize.scans import OrganSlices
 
 pytest.importorskip("sklearn", reason="the ExtraTrees prototype is scikit-learn's (a dev dependency)")
 

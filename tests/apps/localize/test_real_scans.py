@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.localize.api import DEFAULT_MODEL, load_localizer
-from apps.localize.phantom import head_neck_phantom
-from apps.localize.scans import OrganSlices, openkbp_cases, read_scan
+from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
+from imageforest.apps.localize.phantom import head_neck_phantom
+from imageforest.apps.localize.scans import OrganSlices, openkbp_cases, read_scan
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 OPENKBP = DATA / "openkbp-hn"
 TOTALSEG = DATA / "totalseg-examples"
 

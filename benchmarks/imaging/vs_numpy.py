@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import measure, mib
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._measure import measure, mib
 from imageforest.imaging import BoxFeatures, DepthProbes, ImageClassificationForest, integral_image
 from imageforest.imaging.features import check_points
 from imageforest.imaging.io import Image

@@ -10,7 +10,7 @@ accuracy and seconds per scan of
 - multi-atlas affine registration with SimpleITK (5 atlases from the other folds, per-wall median), on the first
   `--atlas-cases` test cases of every fold (it takes tens of seconds per scan),
 - the quick regression-voting prototype: scikit-learn's ExtraTreesRegressor per organ on random box features,
-  every voxel voting, per-wall median (`apps.localize.baselines.ExtraTreesVoting`).
+  every voxel voting, per-wall median (`benchmarks.localize.baselines.ExtraTreesVoting`).
 `--methods` runs a subset (comma-separated, from forest, body_mean_box, multi_atlas, extra_trees).
 Presence is scored on the full scans (contoured organs must be found) and on two slabs of each test scan
 (upper 60% and lower 50% of its slices: organs cut out of view must be reported absent).
@@ -36,15 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting, MultiAtlasAffine
-from apps.localize.evaluate import CONTOUR_STOP_WALLS, WALL_NAMES, OrganScores, parse_walls
-from apps.localize.model import OrganLocalizer, boxes_in_view
-from apps.localize.recipe import PARAMETERS
-from apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
-from apps.localize.training import case_truth
 from benchmarks._measure import measure
+from benchmarks.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting, MultiAtlasAffine
+from imageforest.apps.localize.evaluate import CONTOUR_STOP_WALLS, WALL_NAMES, OrganScores, parse_walls
+from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view
+from imageforest.apps.localize.recipe import PARAMETERS
+from imageforest.apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
+from imageforest.apps.localize.training import case_truth
 from imageforest.exceptions import InvalidInputError
 
 METHODS = ("forest", "body_mean_box", "multi_atlas", "extra_trees")

@@ -27,9 +27,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.neighbors import KernelDensity
 from sklearn.semi_supervised import LabelSpreading, SelfTrainingClassifier
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import measure, mib
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._measure import measure, mib
 from imageforest import DensityForest, ManifoldForest, SemiSupervisedForest
 from imageforest.toy_data import s_shape, spirals
 

@@ -3,15 +3,15 @@
 numba compiles a kernel on its first call and caches the machine code beside the sources (`cache=True`); without
 this step the first `imageforest localize` after an install would spend several seconds compiling.
 
-    python -m apps.localize.warmup
+    python -m imageforest.apps.localize.scripts.warmup
 """
 
 from __future__ import annotations
 
 import time
 
-from apps.localize.api import DEFAULT_MODEL, load_localizer
-from apps.localize.phantom import head_neck_phantom
+from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
+from imageforest.apps.localize.phantom import head_neck_phantom
 
 
 def main() -> None:

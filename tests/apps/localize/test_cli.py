@@ -11,9 +11,9 @@ import pytest
 import SimpleITK as sitk
 from click.testing import CliRunner
 
-from apps.localize.model import OrganLocalizer
-from apps.localize.phantom import ORGANS, head_neck_phantom
-from apps.localize.scans import OrganSlices
+from imageforest.apps.localize.model import OrganLocalizer
+from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+from imageforest.apps.localize.scans import OrganSlices
 from imageforest.cli import main
 from imageforest.imaging.io import read_image, write_image
 
@@ -120,7 +120,7 @@ def test_train_localizer_command(workspace: Path, tmp_path: Path):
     model = OrganLocalizer.load(out)
     assert model.organs == list(ORGANS) and model.model_card_["name"] == "mine"
     # what the flags leave unsaid comes from the default model's recipe, not the class's generic defaults
-    from apps.localize.recipe import PARAMETERS
+    from imageforest.apps.localize.recipe import PARAMETERS
 
     assert (model.n_trees, model.max_depth) == (2, 6)
     assert model.min_samples_leaf == PARAMETERS["min_samples_leaf"] != OrganLocalizer().min_samples_leaf

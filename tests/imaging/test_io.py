@@ -10,7 +10,7 @@ import SimpleITK as sitk
 
 from imageforest.imaging import Image, ImageReadError, read_image, resample, write_image
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TOTALSEG = SHARED / "totalseg-examples"
 
 

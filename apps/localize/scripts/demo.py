@@ -4,7 +4,7 @@ Generates the synthetic head-and-neck phantom (deterministic), writes it as NIfT
 it with the default model shipped in the package, prints the boxes and their errors against the phantom's truth, and
 writes the overlay PNG (solid: found, dashed: truth).
 
-    python -m apps.localize.demo --out demo_out
+    python -m imageforest.apps.localize.scripts.demo --out demo_out
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from apps.localize.api import load_localizer
-from apps.localize.evaluate import OrganScores
-from apps.localize.overlay import write_overlay
-from apps.localize.phantom import ORGANS, head_neck_phantom
-from apps.localize.scans import OrganSlices
+from imageforest.apps.localize.api import load_localizer
+from imageforest.apps.localize.evaluate import OrganScores
+from imageforest.apps.localize.overlay import write_overlay
+from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+from imageforest.apps.localize.scans import OrganSlices
 from imageforest.imaging.io import write_image
 
 

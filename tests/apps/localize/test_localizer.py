@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.localize.evaluate import OrganScores
-from apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
-from apps.localize.phantom import ORGANS, head_neck_phantom
-from apps.localize.report import box_label_map, localization_json
-from apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
+from imageforest.apps.localize.evaluate import OrganScores
+from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
+from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+from imageforest.apps.localize.report import box_label_map, localization_json
+from imageforest.apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 
@@ -122,7 +122,7 @@ def test_bad_training_input(phantoms):
 
 
 def test_body_edges_are_the_outer_faces_of_body_voxels():
-    from apps.localize.scans import body_edges
+    from imageforest.apps.localize.scans import body_edges
     from imageforest.imaging.io import Image
 
     arr = np.full((10, 12, 14), -1000.0, dtype=np.float32)
@@ -195,7 +195,7 @@ def test_min_visible_calls_a_box_voted_beyond_the_scan_absent(small_model, phant
 def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
     """The organ-centred stage was trained on boxes moved by a first-stage-sized error: given the unseen
     phantom's true boxes moved by 8 mm per wall, it must bring them back to within a few millimetres."""
-    from apps.localize.refine import FineSource
+    from imageforest.apps.localize.refine import FineSource
     from imageforest.imaging.features import ImageStack
 
     ct, lab = phantoms[6]
@@ -330,7 +330,7 @@ def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):
 def test_confident_walls_match_a_plain_reading_of_the_rule():
     """Per wall: reached leaves by increasing variance (ties by leaf id), taken whole until they hold `keep`
     votes; the wall is the median of their votes (position + leaf mean), the spread 1.4826 x MAD."""
-    from apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
+    from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 
     rng = np.random.default_rng(3)
     for _ in range(10):
@@ -380,7 +380,7 @@ def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
 
 
 def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_model, tmp_path: Path):
-    from apps.localize.model import TRIU, pack_covariance, unpack_covariance
+    from imageforest.apps.localize.model import TRIU, pack_covariance, unpack_covariance
     from imageforest.forest.serialization import load_model, save_model
 
     small_model.save(tmp_path / "m.npz")

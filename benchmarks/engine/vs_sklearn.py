@@ -35,9 +35,8 @@ from sklearn.ensemble import (
 )
 from sklearn.model_selection import train_test_split
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import measure, mib
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._measure import measure, mib
 from imageforest import ClassificationForest, RegressionForest
 
 N_JOBS = 2

@@ -1,6 +1,6 @@
 """The recipe of the default model shipped in `apps/localize/models/hn_organs.npz` (parameters: `recipe.py`).
 
-    python -m apps.localize.train_default [../shared/data/openkbp-hn] [--cv-json RESULTS.json]
+    python -m imageforest.apps.localize.scripts.train_default [../shared/data/openkbp-hn] [--cv-json RESULTS.json]
 
 Trains on every case of the openkbp-hn folder (203 head-and-neck CTs, 7 organs) with the parameters below and a
 fixed seed, so the same data gives the same bytes. The model card in the file's metadata records the data, organs,
@@ -15,11 +15,11 @@ import json
 import time
 from pathlib import Path
 
-from apps.localize.api import DEFAULT_MODEL
-from apps.localize.model import OrganLocalizer
-from apps.localize.recipe import PARAMETERS
-from apps.localize.scans import openkbp_cases
-from apps.localize.training import train_localizer
+from imageforest.apps.localize.api import DEFAULT_MODEL
+from imageforest.apps.localize.model import OrganLocalizer
+from imageforest.apps.localize.recipe import PARAMETERS
+from imageforest.apps.localize.scans import openkbp_cases
+from imageforest.apps.localize.training import train_localizer
 
 NAME = "openkbp-hn-7-organs"
 VERSION = "2"

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apps.localize.scans import BODY_HU, Case, openkbp_cases, read_scan
+from imageforest.apps.localize.scans import BODY_HU, Case, openkbp_cases, read_scan
 from imageforest.imaging.io import read_image
 
 GAP_CLASSES_MM = ((0.0, 5.0), (5.0, 20.0), (20.0, np.inf))
