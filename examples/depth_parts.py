@@ -1,4 +1,4 @@
-"""Depth-probe forests on depth data nobody on this project made (seeds/000 sec. 3.6, Shotton et al.).
+"""Depth-probe forests on depth data nobody on this project made (Criminisi et al. 2012, sec. 3.6, Shotton et al.).
 
 1. hand-depth-parts: 4-part labelling (forearm, palm, fingers, thumb) of rendered hand depth maps. Trains on the
    first images, reports per-class pixel accuracy on images held out from training, and draws predicted parts beside

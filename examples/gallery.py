@@ -1,4 +1,4 @@
-"""Draw the monograph's chapter 3-7 figures from this engine (seeds/000 Fig. 3.3-3.12, 4.6-4.9, ch. 5-7).
+"""Draw the monograph's chapter 3-7 figures from this engine (Criminisi et al. 2012, Fig. 3.3-3.12, 4.6-4.9, ch. 5-7).
 
     python examples/gallery.py --out gallery
 

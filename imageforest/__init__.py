@@ -1,10 +1,17 @@
 """imageforest: decision forests for medical and vision imaging.
 
-One engine (seeds/000, Criminisi, Shotton & Konukoglu's unified model) behind every estimator:
-``from imageforest import ClassificationForest, RegressionForest``.
+One engine, Criminisi, Shotton & Konukoglu's unified model of decision forests, behind every estimator:
+``from imageforest import ClassificationForest, RegressionForest``. Docstrings cite it as "Criminisi et al. 2012"
+with its chapter, section and equation numbers.
 
 Estimators are imported on first use (PEP 562), so that a command-line run pays only for the modules it needs
 (scipy.stats alone costs more than a second of start-up).
+
+References
+----------
+A. Criminisi, J. Shotton and E. Konukoglu, "Decision forests: a unified framework for classification, regression,
+density estimation, manifold learning and semi-supervised learning", Foundations and Trends in Computer Graphics
+and Vision 7(2-3), 2012.
 """
 
 from __future__ import annotations

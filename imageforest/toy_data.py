@@ -1,4 +1,4 @@
-"""Synthetic 2-D and 1-D data sets like those of the monograph's figures (seeds/000 ch. 3-4).
+"""Synthetic 2-D and 1-D data sets like those of the monograph's figures (Criminisi et al. 2012, ch. 3-4).
 
 Used by the tests, the gallery and the benchmarks; all are deterministic given `seed`.
 """

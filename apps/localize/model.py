@@ -1,4 +1,5 @@
-"""OrganLocalizer: organ bounding boxes in CT by regression voting (seeds/000 sec. 4.5; Criminisi et al. 2013).
+"""OrganLocalizer: organ bounding boxes in CT by regression voting (Criminisi et al. 2012, sec. 4.5; Criminisi
+et al., "Regression forests for efficient anatomy detection and localization in computed tomography scans", 2013).
 
 Every sampled voxel p of the scan (on an isotropic working grid) predicts, for every organ c, the displacements
 d_c(p) = b_c - p from p to the organ's six walls b_c = (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi). The forest is the

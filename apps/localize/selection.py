@@ -7,7 +7,7 @@ two plain loops compile in a fraction of that and are shared by every kernel tha
 
 from __future__ import annotations
 
-from numba import njit
+from imageforest.kernels import njit
 
 
 @njit(cache=True)

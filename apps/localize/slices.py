@@ -12,7 +12,7 @@ Its z walls stay the cascade's.
 Which organs: those whose median training box is at least `elongation` times longer in z than its narrower side
 in x or y (on openkbp-hn the cord 8.3, the esophagus 2.8; the brainstem 1.8, parotids 1.5, larynx 0.9, mandible
 0.7). The default, 4, takes the cord only: on four held-out folds the stage lowered the cord's mean wall error from
-6.16 to 5.77 mm (measured; benchmarks/RESULTS.md, session 13), while on the esophagus it was worse, 7.75 -> 7.92
+6.16 to 5.77 mm (measured; benchmarks/RESULTS.md), while on the esophagus it was worse, 7.75 -> 7.92
 (estimated; its collapsed lumen gives slices less to see), and on fold 0 it made every compact organ worse (a
 compact organ's walls lie where its voxels can see them).
 """
@@ -20,7 +20,6 @@ compact organ's walls lie where its voxels can see them).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numpy.lib.stride_tricks import sliding_window_view
 
 from imageforest.apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
@@ -28,6 +27,7 @@ from imageforest.apps.localize.selection import median_and_spread, select_kth
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
+from imageforest.kernels import njit
 
 SLICE_AXIS = np.array([0, 0, 1, 1])  # cross-section wall k lies along physical axis SLICE_AXIS[k] (x, x, y, y)
 VOTERS_PER_SLICE = 400  # at most this many voxels per fine slice vote (evenly spaced)

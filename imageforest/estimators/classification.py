@@ -1,4 +1,4 @@
-"""ClassificationForest: seeds/000 ch. 3 on the shared engine."""
+"""ClassificationForest: Criminisi et al. 2012, ch. 3 on the shared engine."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ PRODUCT_FLOOR = 1e-6
 
 
 class ClassificationForest(BaseForest):
-    """A classification forest (seeds/000 ch. 3): leaves hold class histograms, trees are averaged or multiplied.
+    """A classification forest (Criminisi et al. 2012, ch. 3): leaves hold class histograms, trees are averaged or
+    multiplied.
 
     Parameters
     ----------

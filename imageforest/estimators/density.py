@@ -1,4 +1,4 @@
-"""DensityForest: density estimation and sampling, seeds/000 ch. 5, on the shared engine.
+"""DensityForest: density estimation and sampling, Criminisi et al. 2012, ch. 5, on the shared engine.
 
 Training is the engine's Gaussian log-det objective with the inputs as their own targets (eq. 5.2): no new trainer.
 Each leaf l of tree t keeps the Gaussian (mu_l, Lambda_l) of its points and their share pi_l, and
@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from scipy import stats
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
+from imageforest.kernels import njit
 
 MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic cells
 
@@ -88,7 +89,8 @@ def box_probability(mean: np.ndarray, cov: np.ndarray, lo: np.ndarray, hi: np.nd
 
 
 class DensityForest(UnsupervisedForestBase):
-    """A density forest (seeds/000 ch. 5): unsupervised Gaussian gain, piece-wise Gaussian leaves, sampling.
+    """A density forest (Criminisi et al. 2012, ch. 5): unsupervised Gaussian gain, piece-wise Gaussian leaves,
+    sampling.
 
     Parameters
     ----------

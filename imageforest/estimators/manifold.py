@@ -1,4 +1,4 @@
-"""ManifoldForest: Laplacian eigenmaps on forest affinities, seeds/000 ch. 6, on the shared engine.
+"""ManifoldForest: Laplacian eigenmaps on forest affinities, Criminisi et al. 2012, ch. 6, on the shared engine.
 
 Trees are grown with the unsupervised Gaussian gain (eq. 6.1, the density forest's). Two training points are
 neighbours in tree t when they share a leaf; their affinity is exp(-D^t) with the binary, Gaussian or Mahalanobis
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import prange
 from scipy.sparse.csgraph import connected_components, dijkstra
 from scipy.sparse.linalg import eigsh
 from scipy.spatial import cKDTree
@@ -31,6 +31,7 @@ from scipy.spatial import cKDTree
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
+from imageforest.kernels import njit
 
 AFFINITIES = ("binary", "gaussian", "mahalanobis")
 EMBEDDINGS = ("laplacian", "geodesic")
@@ -204,7 +205,7 @@ def landmark_mds(G: sp.csr_matrix, n_components: int, n_landmarks: int,
 
 
 class ManifoldForest(UnsupervisedForestBase):
-    """A manifold forest (seeds/000 ch. 6): a scikit-learn-style transformer.
+    """A manifold forest (Criminisi et al. 2012, ch. 6): a scikit-learn-style transformer.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""RegressionForest: probabilistic regression, seeds/000 ch. 4 and App. A, on the shared engine."""
+"""RegressionForest: probabilistic regression, Criminisi et al. 2012, ch. 4 and App. A, on the shared engine."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ VAR_FLOOR = 1e-9  # relative to each output's variance: keeps leaf Gaussians pro
 
 
 class RegressionForest(BaseForest):
-    """A probabilistic regression forest (seeds/000 ch. 4).
+    """A probabilistic regression forest (Criminisi et al. 2012, ch. 4).
 
     Parameters
     ----------

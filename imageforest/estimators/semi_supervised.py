@@ -1,4 +1,4 @@
-"""SemiSupervisedForest: transductive and inductive learning, active learning; seeds/000 ch. 7, on the shared engine.
+"""SemiSupervisedForest: transductive and inductive learning, active learning (Criminisi et al. 2012, ch. 7).
 
 Trees are grown with the mixed gain I = I_u + alpha I_s (eq. 7.1-7.3): the unsupervised Gaussian gain over all
 points keeps splits in low-density gaps, the entropy gain over the labelled points (y = -1: unlabelled, the
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import prange
 from scipy.sparse.csgraph import dijkstra
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import tree_average
 from imageforest.forest.objectives import Objective
+from imageforest.kernels import njit
 
 
 @njit(cache=True, parallel=True)
@@ -57,7 +58,7 @@ def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):  # prag
 
 
 class SemiSupervisedForest(UnsupervisedForestBase):
-    """A semi-supervised forest (seeds/000 ch. 7).
+    """A semi-supervised forest (Criminisi et al. 2012, ch. 7).
 
     Parameters
     ----------

@@ -1,6 +1,7 @@
 """The feature-family interface the trainer and `apply` talk to.
 
-A feature family is the weak learner's feature map phi(v) with its random parameter source (seeds/000 sec. 2.3.3):
+A feature family is the weak learner's feature map phi(v) with its random parameter source (Criminisi et al.
+2012, sec. 2.3.3):
 the trainer draws rho candidate parameter rows per node with `sample`, asks `responses` for the responses of the
 node's points to those rows, and stores the winning row. It never knows whether the data are vectors, images or
 depth maps; a family for images implements the same three methods over its own data object.

@@ -1,6 +1,6 @@
 """Leaf models: fitted from each leaf's training points, read through the leaf ids `apply` returns.
 
-- class histograms: p_t(c | v) per leaf (seeds/000 sec. 2.2, eq. 2.12-2.13 combine them over trees);
+- class histograms: p_t(c | v) per leaf (Criminisi et al. 2012, sec. 2.2, eq. 2.12-2.13 combine them over trees);
 - Gaussian (probabilistic-constant): mean and covariance of y per leaf (sec. 4.2, eq. 4.6);
 - probabilistic-linear: a weighted least-squares hyperplane y = W^T [x - x_bar, 1] per leaf with the parameter
   covariance, giving p(y | x) = N(W^T x~, Sigma (1 + x~^T A^-1 x~)) whose variance grows away from the leaf's data
@@ -10,23 +10,31 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 
-@njit(cache=True, parallel=True)
-def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):  # pragma: no cover - numba
+def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):
     """Normalised weighted class histogram of every leaf, (n_leaves, n_classes) float32."""
-    n_leaves = leaf_start.shape[0]
-    out = np.zeros((n_leaves, n_classes), dtype=np.float32)
-    for leaf in prange(n_leaves):
-        acc = np.zeros(n_classes)
+    out = np.zeros((leaf_start.shape[0], n_classes), dtype=np.float32)
+    run_ranges(_class_histograms_range, leaf_start.shape[0], order, wts, labels, leaf_start, leaf_end, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _class_histograms_range(l0, l1, order, wts, labels, leaf_start, leaf_end, out):  # pragma: no cover - numba
+    n_classes = out.shape[1]
+    acc = np.zeros(n_classes)
+    for leaf in range(l0, l1):
+        acc[:] = 0.0
         for m in range(leaf_start[leaf], leaf_end[leaf]):
             acc[labels[order[m]]] += wts[m]
         total = acc.sum()
         if total > 0:
             for c in range(n_classes):
                 out[leaf, c] = acc[c] / total
-    return out
 
 
 @njit(cache=True, parallel=True)
@@ -71,8 +79,7 @@ def product_posterior(leaf_ids, hist, floor):  # pragma: no cover - numba
     return out
 
 
-@njit(cache=True, parallel=True)
-def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pragma: no cover - numba
+def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):
     """Weighted mean (n_leaves, d) and covariance (n_leaves, d, d) of the targets in each leaf.
 
     `var_floor` (d,) is added to the covariance diagonal: a leaf of identical targets still predicts a proper
@@ -82,7 +89,15 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pr
     d = targets.shape[1]
     mean = np.zeros((n_leaves, d))
     cov = np.zeros((n_leaves, d, d))
-    for leaf in prange(n_leaves):
+    run_ranges(_gaussian_leaves_range, n_leaves, order, wts, targets, leaf_start, leaf_end, var_floor, mean, cov)
+    return mean, cov
+
+
+@njit(cache=True, nogil=True)
+def _gaussian_leaves_range(l0, l1, order, wts, targets, leaf_start, leaf_end, var_floor, mean,
+                           cov):  # pragma: no cover - numba
+    d = targets.shape[1]
+    for leaf in range(l0, l1):
         w_sum = 0.0
         for m in range(leaf_start[leaf], leaf_end[leaf]):
             w = wts[m]
@@ -101,7 +116,6 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):  # pr
             for b in range(d):
                 cov[leaf, a, b] /= w_sum
             cov[leaf, a, a] += var_floor[a]
-    return mean, cov
 
 
 @njit(cache=True, inline="always")

@@ -1,4 +1,4 @@
-"""Training objectives as sufficient statistics plus an impurity (seeds/000 sec. 3.2, eq. 4.6, App. A).
+"""Training objectives as sufficient statistics plus an impurity (Criminisi et al. 2012, sec. 3.2, eq. 4.6, App. A).
 
 Every objective accumulates a fixed-length statistics vector per set of points, so the split search can bin
 responses, take prefix sums and score any left/right partition in O(S). Layouts:
@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from imageforest.kernels import njit
 
 ENTROPY, GINI, GAUSSIAN, SQUARED_ERROR, MIXED = 0, 1, 2, 3, 4
 CRITERIA = {"entropy": ENTROPY, "gini": GINI, "gaussian": GAUSSIAN, "squared_error": SQUARED_ERROR}
@@ -206,25 +207,32 @@ def _class_impurity(row, n, gini):  # pragma: no cover - numba
 
 @njit(cache=True, inline="always")
 def weighted_impurity(row, criterion, n_blocks, q, reg, work, mix):  # pragma: no cover - numba
-    """W * H for the statistics vector `row`; `mix` weighs the supervised term of MIXED rows (else unused)."""
-    if criterion <= GINI:
-        return _class_impurity(row, row.shape[0], criterion == GINI)
-    stride = 1 + q + q * q
-    offset = row.shape[0] - n_blocks * stride
+    """W * H for the statistics vector `row`; `mix` weighs the supervised term of MIXED rows (else unused).
+
+    The class term is written once for both classification and MIXED rows: this function is inlined three times
+    into every split scorer, and each copy of the class impurity costs compile time on a first run.
+    """
     acc = 0.0
-    for b in range(n_blocks):
-        base = offset + b * stride
-        w = row[base]
-        if w <= 0.0:
-            continue
-        if criterion == SQUARED_ERROR:
-            for a in range(q):
-                s = row[base + 1 + a]
-                acc += row[base + 1 + q + a * q + a] - s * s / w
-        else:
-            acc += w * _half_logdet_cov(row, base, q, reg[b], work)
-    if criterion == MIXED and mix > 0.0:
-        acc += mix * _class_impurity(row, offset, False)
+    n_class = row.shape[0]
+    class_weight = 1.0
+    if criterion > GINI:
+        stride = 1 + q + q * q
+        offset = row.shape[0] - n_blocks * stride
+        for b in range(n_blocks):
+            base = offset + b * stride
+            w = row[base]
+            if w <= 0.0:
+                continue
+            if criterion == SQUARED_ERROR:
+                for a in range(q):
+                    s = row[base + 1 + a]
+                    acc += row[base + 1 + q + a * q + a] - s * s / w
+            else:
+                acc += w * _half_logdet_cov(row, base, q, reg[b], work)
+        n_class = offset if criterion == MIXED and mix > 0.0 else 0
+        class_weight = mix
+    if n_class > 0:
+        acc += class_weight * _class_impurity(row, n_class, criterion == GINI)
     return acc
 
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
 
 from imageforest.forest.objectives import GINI, MIXED, accumulate
 from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 
 @njit(cache=True)
@@ -152,9 +153,8 @@ def _score_two_class(vals, n, t, labels, a, gini, min_samples_leaf, out, s, c): 
     out[s, c, 0] = (parent - child) / np.float64(n)
 
 
-@njit(cache=True, parallel=True)
 def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
-                   per_position, n_blocks, q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
+                   per_position, n_blocks, q, n_stats, reg, min_samples_leaf):
     """Gain of every (node, candidate, configuration) and the candidates' sorted thresholds.
 
     Parameters
@@ -180,12 +180,25 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
     n_pairs = n_nodes * rho
     # Extremely randomized trees on two classes without weights, the commonest case, take a scan with no bin
     # tables: its arithmetic is `_bin_node` + `_score_configs`' for one threshold, term by term (same gains).
-    two_class_ert = (per_position and criterion <= GINI and unit_weights and k == 1 and n_stats == 2
-                     and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
-    gini = criterion == GINI
+    two_class_ert = bool(per_position and criterion <= GINI and unit_weights and k == 1 and n_stats == 2
+                         and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
     perm = _pairs_by_row(rows)
     n_work = min(n_pairs, N_WORK_BLOCKS)
-    for blk in prange(n_work):
+    run_ranges(_row_gain_blocks, n_work, n_work, n_pairs, perm, F, rows, u, order, wts, bool(unit_weights), f_start,
+               f_end, configs, criterion, labels, targets, bool(per_position), n_blocks, q, n_stats, reg,
+               min_samples_leaf, two_class_ert, out, thresholds)
+    return out, thresholds
+
+
+@njit(cache=True, nogil=True)
+def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, wts, unit_weights, f_start, f_end, configs,
+                     criterion, labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf,
+                     two_class_ert, out, thresholds):  # pragma: no cover - numba
+    """`row_gain_table`'s work blocks blk0..blk1 of n_work (pairs in row order, `perm`), into out / thresholds."""
+    rho = u.shape[1]
+    k = u.shape[2]
+    gini = criterion == GINI
+    for blk in range(blk0, blk1):
         p0 = blk * n_pairs // n_work
         p1 = (blk + 1) * n_pairs // n_work
         size = 1
@@ -234,12 +247,10 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
                 continue
             _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
                            total, left, right, out, s, c)
-    return out, thresholds
 
 
-@njit(cache=True, parallel=True)
 def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,
-                     split):  # pragma: no cover - numba
+                     split):
     """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
 
     `order` moves, `wts` too unless they are all equal (`move_weights` False), and so do `pos_labels` /
@@ -248,11 +259,21 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     """
     n_nodes = f_start.shape[0]
     n_left = np.zeros(n_nodes, dtype=np.int64)
-    move_labels = pos_labels.shape[0] > 0
-    move_targets = pos_targets.shape[0] > 0
     nodes = _pairs_by_row(row.reshape(-1, 1))
     n_work = min(n_nodes, N_WORK_BLOCKS)
-    for blk in prange(n_work):
+    run_ranges(_partition_blocks, n_work, n_work, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
+               f_start, f_end, F, row, thr_lo, thr_hi, split, n_left)
+    return n_left
+
+
+@njit(cache=True, nogil=True)
+def _partition_blocks(blk0, blk1, n_work, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
+                      F, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
+    """`partition_by_row`'s work blocks blk0..blk1 of n_work (nodes in row order)."""
+    n_nodes = f_start.shape[0]
+    move_labels = pos_labels.shape[0] > 0
+    move_targets = pos_targets.shape[0] > 0
+    for blk in range(blk0, blk1):
         s0 = blk * n_nodes // n_work
         s1 = (blk + 1) * n_nodes // n_work
         size = 1
@@ -286,8 +307,9 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
                     tmp_w[d] = wts[g0 + m]
                 if move_labels:
                     tmp_l[d] = pos_labels[g0 + m]
-                if move_targets:
-                    tmp_t[d] = pos_targets[g0 + m]
+                if move_targets:  # column by column: a row assignment would compile numba's shape-error path
+                    for j in range(pos_targets.shape[1]):
+                        tmp_t[d, j] = pos_targets[g0 + m, j]
                 if go[m]:
                     left += 1
                 else:
@@ -299,6 +321,6 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
                 if move_labels:
                     pos_labels[g0 + m] = tmp_l[m]
                 if move_targets:
-                    pos_targets[g0 + m] = tmp_t[m]
+                    for j in range(pos_targets.shape[1]):
+                        pos_targets[g0 + m, j] = tmp_t[m, j]
             n_left[s] = nl
-    return n_left

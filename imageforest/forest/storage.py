@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-from numba import njit, prange
 
 from imageforest.exceptions import ModelFormatError
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 
 def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -60,13 +61,16 @@ def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.
     return pos, leaves[np.argsort(pos[leaves])].astype(np.int32)
 
 
-@njit(cache=True, parallel=True)
-def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):  # pragma: no cover - numba
+def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):
     """Rows [right, dim, thr_lo bits, thr_hi bits] at preorder positions (see `ForestArrays.packed_axis`)."""
-    n = child.shape[0]
-    table = np.empty((n, 4), dtype=np.int32)
-    as_float = table.view(np.float32)
-    for j in prange(n):
+    table = np.empty((child.shape[0], 4), dtype=np.int32)
+    run_ranges(_axis_table_range, child.shape[0], child, pos, dims, thr_lo, thr_hi, table, table.view(np.float32))
+    return table
+
+
+@njit(cache=True, nogil=True)
+def _axis_table_range(j0, j1, child, pos, dims, thr_lo, thr_hi, table, as_float):  # pragma: no cover - numba
+    for j in range(j0, j1):
         p = pos[j]
         c = child[j]
         if c >= 0:
@@ -77,7 +81,6 @@ def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):  # pragma: no cover - 
             table[p, 1] = 0
         as_float[p, 2] = thr_lo[j]
         as_float[p, 3] = thr_hi[j]
-    return table
 
 
 @dataclass

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
 
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.objectives import GINI, Objective
@@ -35,6 +34,8 @@ from imageforest.forest.split_search import (
     segment_stats,
 )
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 # Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
 RESPONSE_BUDGET = 1 << 24
@@ -87,14 +88,18 @@ class GrownForest:
         return leaf, positions
 
 
-@njit(cache=True, parallel=True)
-def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - numba
+def _node_purity(stats: np.ndarray, counts: np.ndarray, criterion: int, n_blocks: int, q: int) -> np.ndarray:
     """True where a node's targets are all alike (one class, or zero variance in every block)."""
-    n = stats.shape[0]
-    pure = np.zeros(n, dtype=np.bool_)
+    pure = np.zeros(stats.shape[0], dtype=np.bool_)
+    run_ranges(_node_purity_range, stats.shape[0], stats, criterion, n_blocks, q, pure)
+    return pure
+
+
+@njit(cache=True, nogil=True)
+def _node_purity_range(s0, s1, stats, criterion, n_blocks, q, pure):  # pragma: no cover - numba
     stride = 1 + q + q * q
     offset = stats.shape[1] - n_blocks * stride  # class counts in front of semi-supervised rows
-    for s in prange(n):
+    for s in range(s0, s1):
         row = stats[s]
         if criterion <= GINI:
             total = row.sum()
@@ -112,7 +117,6 @@ def _node_purity(stats, counts, criterion, n_blocks, q):  # pragma: no cover - n
                     spread += row[base + 1 + q + a * q + a] / w - m * m
                     scale += row[base + 1 + q + a * q + a] / w
             pure[s] = spread <= 1e-12 * max(scale, 1e-300)
-    return pure
 
 
 def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthSettings,
@@ -430,33 +434,39 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
 
 
-@njit(cache=True, parallel=True)
-def _segment_weight(wts, seg_start, seg_end):  # pragma: no cover - numba
-    n = seg_start.shape[0]
-    out = np.zeros(n)
-    for s in prange(n):
+def _segment_weight(wts: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> np.ndarray:
+    """(n_seg,) total weight of each segment of the order."""
+    out = np.zeros(seg_start.shape[0])
+    run_ranges(_segment_weight_range, seg_start.shape[0], wts, seg_start, seg_end, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _segment_weight_range(s0, s1, wts, seg_start, seg_end, out):  # pragma: no cover - numba
+    for s in range(s0, s1):
         acc = 0.0
         for m in range(seg_start[s], seg_end[s]):
             acc += wts[m]
         out[s] = acc
-    return out
 
 
 def _tie_broken_argmax(table: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Per row, the index of a best entry, chosen uniformly (by `u`) among entries tied for the best.
 
     Equally good splits (every threshold inside an empty gap, say) must be picked at random, not always the
-    lowest: that is what makes forest posteriors ramp linearly across a gap (seeds/000 sec. 3.4). Rows without a
-    finite entry give 0.
+    lowest: that is what makes forest posteriors ramp linearly across a gap (Criminisi et al. 2012, sec. 3.4).
+    Rows without a finite entry give 0.
     """
-    return _tie_broken_argmax_kernel(np.ascontiguousarray(table, dtype=np.float64), u)
+    table = np.ascontiguousarray(table, dtype=np.float64)
+    out = np.zeros(table.shape[0], dtype=np.int64)
+    run_ranges(_tie_broken_argmax_range, table.shape[0], table, u, out)
+    return out
 
 
-@njit(cache=True, parallel=True)
-def _tie_broken_argmax_kernel(table, u):  # pragma: no cover - numba
-    n, width = table.shape
-    out = np.zeros(n, dtype=np.int64)
-    for r in prange(n):
+@njit(cache=True, nogil=True)
+def _tie_broken_argmax_range(r0, r1, table, u, out):  # pragma: no cover - numba
+    width = table.shape[1]
+    for r in range(r0, r1):
         best = -np.inf
         for j in range(width):
             best = max(best, table[r, j])
@@ -476,7 +486,6 @@ def _tie_broken_argmax_kernel(table, u):  # pragma: no cover - numba
                     out[r] = j
                     break
                 k -= 1
-    return out
 
 
 def _best_configuration(table: np.ndarray, thr: np.ndarray, choice: np.ndarray,

@@ -1,4 +1,4 @@
-"""Weak learners for feature vectors: axis-aligned, oblique and conic (seeds/000 sec. 2.3.3, eq. 2.5).
+"""Weak learners for feature vectors: axis-aligned, oblique and conic (Criminisi et al. 2012, sec. 2.3.3, eq. 2.5).
 
 Parameter rows (float64, width fixed per kind):
 
@@ -14,12 +14,14 @@ a conic learner selects an elliptic or hyperbolic band, as in Fig. 2.4(c).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.row_split_search import _pairs_by_row
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 AXIS, OBLIQUE, CONIC = 0, 1, 2
 KINDS = {"axis": AXIS, "oblique": OBLIQUE, "conic": CONIC}
@@ -172,32 +174,38 @@ def _axis_walk_block(xf, width, flat, thr, root, i0, i1, leaves):  # pragma: no 
             node[lane] = jump + go * (node[lane] + one - jump)  # left child (next row) or right, without a branch
 
 
-@njit(cache=True, parallel=True)
-def _axis_walk_kernel(X, table, tree_root, leaf_table, average):  # pragma: no cover - numba
+def _axis_walk_kernel(X, table, tree_root, leaf_table, average):
     """Walk every point through every tree of `ForestArrays.packed_axis` (16-byte nodes).
 
     With `average` False: the leaf id per (point, tree), (n, T) int32 (and an empty mean). With `average` True:
     the mean over trees of the leaf rows of `leaf_table` each point reaches, (n, k), without writing the (n, T)
     table; each point adds its rows in tree order, so the sums equal `tree_average`'s bit for bit.
-    Trees are the outer loop, so one tree's nodes stay in cache while all points descend it in parallel blocks
-    (`_axis_walk_block`).
+    Each thread takes a range of point blocks and walks them tree after tree, so one tree's nodes stay in its
+    cache while its points descend (`_axis_walk_block`).
     """
     n = X.shape[0]
-    n_trees = tree_root.shape[0]
     k = leaf_table.shape[1]
-    ids = np.empty((0 if average else n, n_trees), dtype=np.int32)
+    ids = np.empty((0 if average else n, tree_root.shape[0]), dtype=np.int32)
     out = np.zeros((n if average else 0, k))
     flat = table.ravel()
-    thr = flat.view(np.float32)
-    xf = X.ravel()
-    width = np.uint64(X.shape[1])
     n_blocks = (n + WALK_BLOCK - 1) // WALK_BLOCK
+    run_ranges(_axis_walk_range, n_blocks, X.ravel(), np.uint64(X.shape[1]), n, flat, flat.view(np.float32),
+               tree_root, leaf_table, bool(average), ids, out)
+    return ids, out
+
+
+@njit(cache=True, nogil=True)
+def _axis_walk_range(b0, b1, xf, width, n, flat, thr, tree_root, leaf_table, average, ids,
+                     out):  # pragma: no cover - numba
+    """`_axis_walk_kernel` for point blocks b0..b1."""
+    n_trees = tree_root.shape[0]
+    k = leaf_table.shape[1]
+    leaves = np.empty(WALK_BLOCK, dtype=np.int32)
     for t in range(n_trees):
         root = np.uint64(tree_root[t])
-        for b in prange(n_blocks):
+        for b in range(b0, b1):
             i0 = b * WALK_BLOCK
             i1 = min(n, i0 + WALK_BLOCK)
-            leaves = np.empty(i1 - i0, dtype=np.int32)
             _axis_walk_block(xf, width, flat, thr, root, i0, i1, leaves)
             for i in range(i0, i1):
                 leaf = leaves[i - i0]
@@ -207,40 +215,41 @@ def _axis_walk_kernel(X, table, tree_root, leaf_table, average):  # pragma: no c
                 else:
                     ids[i, t] = leaf
     if average:
-        for i in prange(n):
+        for i in range(b0 * WALK_BLOCK, min(n, b1 * WALK_BLOCK)):
             for c in range(k):
                 out[i, c] /= n_trees
-    return ids, out
 
 
-@njit(cache=True, parallel=True)
-def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - numba
+def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:
     """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n).
 
     Each set starts from the identity permutation; the k swaps are undone afterwards instead of rebuilding the
     permutation, so a set costs O(k), not O(n) (millions of sets per deep forest). Sets are independent, so the
     result does not depend on the thread count.
     """
-    n_sets, k = u.shape
-    out = np.empty((n_sets, k), dtype=np.int64)
-    n_work = min(n_sets, 64)
-    for blk in prange(n_work):
-        perm = np.arange(n)
-        picked = np.empty(k, dtype=np.int64)
-        for s in range(blk * n_sets // n_work, (blk + 1) * n_sets // n_work):
-            for j in range(k):
-                r = j + min(int(u[s, j] * (n - j)), n - j - 1)
-                picked[j] = r
-                tmp = perm[j]
-                perm[j] = perm[r]
-                perm[r] = tmp
-                out[s, j] = perm[j]
-            for j in range(k - 1, -1, -1):  # undo in reverse order: perm is the identity again
-                r = picked[j]
-                tmp = perm[j]
-                perm[j] = perm[r]
-                perm[r] = tmp
+    out = np.empty(u.shape, dtype=np.int64)
+    run_ranges(_partial_shuffle_range, u.shape[0], u, int(n), out, min_per_thread=4096)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _partial_shuffle_range(s0, s1, u, n, out):  # pragma: no cover - numba
+    k = u.shape[1]
+    perm = np.arange(n)
+    picked = np.empty(k, dtype=np.int64)
+    for s in range(s0, s1):
+        for j in range(k):
+            r = j + min(int(u[s, j] * (n - j)), n - j - 1)
+            picked[j] = r
+            tmp = perm[j]
+            perm[j] = perm[r]
+            perm[r] = tmp
+            out[s, j] = perm[j]
+        for j in range(k - 1, -1, -1):  # undo in reverse order: perm is the identity again
+            r = picked[j]
+            tmp = perm[j]
+            perm[j] = perm[r]
+            perm[r] = tmp
 
 
 class VectorFeatures(FeatureFamily):

@@ -1,4 +1,5 @@
-"""Image feature families, evaluated lazily inside training and `apply` (seeds/000 sec. 3.6 and 4.5: d = infinity).
+"""Image feature families, evaluated lazily inside training and `apply` (Criminisi et al. 2012, sec. 3.6 and
+4.5: d = infinity).
 
 The trainer asks a family for the responses of a node's points to that node's rho candidates; nothing builds an
 n_points x n_features matrix. Data are an `ImageStack` (all images' channels as flat float64 tables) plus integer
@@ -21,13 +22,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.threads import run_ranges
 from imageforest.imaging.integral import clipped_box_mean, integral_image
 from imageforest.imaging.io import Image
+from imageforest.kernels import njit
 
 if TYPE_CHECKING:  # scipy.ndimage (the filter bank's engine) costs start-up; imported when a model uses it
     from imageforest.imaging.filters import FilterBank
@@ -208,16 +211,21 @@ def _box_apply(difference, table, base, shape, spacing, points, packed, tree_roo
     return out
 
 
-@njit(cache=True, parallel=True)
-def _box_apply_single(difference, table, base, nz, ny, nx, points, nodes, spans, tree_root,
-                      fill):  # pragma: no cover - numba
+def _box_apply_single(difference, table, base, nz, ny, nx, points, nodes, spans, tree_root, fill):
     """`_box_apply` for one image, with every node's boxes already in voxel offsets (`box_spans`): the
     prediction path of a scan, where the mm-to-voxel arithmetic would otherwise repeat at every visit."""
-    n = points.shape[0]
-    n_trees = tree_root.shape[0]
-    out = np.empty((n, n_trees), dtype=np.int32)
-    for t in range(n_trees):
-        for i in prange(n):
+    out = np.empty((points.shape[0], tree_root.shape[0]), dtype=np.int32)
+    run_ranges(_box_apply_single_range, points.shape[0], bool(difference), table, base, nz, ny, nx, points, nodes,
+               spans, tree_root, fill, out, min_per_thread=256)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _box_apply_single_range(i0, i1, difference, table, base, nz, ny, nx, points, nodes, spans, tree_root, fill,
+                            out):  # pragma: no cover - numba
+    """`_box_apply_single` for points i0..i1, tree after tree (one tree's nodes stay in cache)."""
+    for t in range(tree_root.shape[0]):
+        for i in range(i0, i1):
             z = points[i, 1]
             y = points[i, 2]
             x = points[i, 3]
@@ -233,7 +241,6 @@ def _box_apply_single(difference, table, base, nz, ny, nx, points, nodes, spans,
                 go_left = f > nodes[node, 2] and f <= nodes[node, 3]
                 node = int(nodes[node, 0]) if go_left else int(nodes[node, 1])
             out[i, t] = -int(nodes[node, 0]) - 1
-    return out
 
 
 def box_spans(params: np.ndarray, spacing_zyx: np.ndarray) -> np.ndarray:

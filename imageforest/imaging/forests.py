@@ -29,7 +29,7 @@ def all_points(image_index: int, shape: tuple[int, ...], mask: np.ndarray | None
 
 
 class ImageClassificationForest(ClassificationForest):
-    """Per-pixel / per-voxel classification with lazily evaluated image features (seeds/000 sec. 3.6).
+    """Per-pixel / per-voxel classification with lazily evaluated image features (Criminisi et al. 2012, sec. 3.6).
 
     Parameters
     ----------

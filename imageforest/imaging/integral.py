@@ -12,7 +12,8 @@ image reads the caller's fill value.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from imageforest.kernels import njit
 
 
 def integral_image(image: np.ndarray) -> np.ndarray:

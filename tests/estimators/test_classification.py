@@ -1,4 +1,4 @@
-"""ClassificationForest against the monograph's claims (seeds/000 ch. 3)."""
+"""ClassificationForest against the monograph's claims (Criminisi et al. 2012, ch. 3)."""
 
 import numpy as np
 import pytest

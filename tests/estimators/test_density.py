@@ -1,4 +1,4 @@
-"""DensityForest against the monograph's claims (seeds/000 ch. 5)."""
+"""DensityForest against the monograph's claims (Criminisi et al. 2012, ch. 5)."""
 
 import numpy as np
 import pytest

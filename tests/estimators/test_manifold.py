@@ -1,4 +1,4 @@
-"""ManifoldForest against the monograph's claims (seeds/000 ch. 6)."""
+"""ManifoldForest against the monograph's claims (Criminisi et al. 2012, ch. 6)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""RegressionForest against the monograph's claims (seeds/000 ch. 4, App. A)."""
+"""RegressionForest against the monograph's claims (Criminisi et al. 2012, ch. 4, App. A)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""SemiSupervisedForest against the monograph's claims (seeds/000 ch. 7)."""
+"""SemiSupervisedForest against the monograph's claims (Criminisi et al. 2012, ch. 7)."""
 
 import numpy as np
 import pytest

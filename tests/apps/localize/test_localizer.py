@@ -1,4 +1,4 @@
-"""CT organ localization (issue 5): phantom, training, voting, model files, presence out of view."""
+"""CT organ localization: phantom, training, voting, model files, presence out of view."""
 
 import copy
 from pathlib import Path

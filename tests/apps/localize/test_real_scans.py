@@ -26,7 +26,7 @@ def test_default_model_card(model):
     card = model.model_card_
     assert card["name"] == "openkbp-hn-7-organs" and len(card["cases"]) == 203
     assert card["working_spacing_mm"] == 4.0 and card["organs"] == model.organs
-    assert DEFAULT_MODEL.stat().st_size <= 20_000_000  # the "at most 20 MB"
+    assert DEFAULT_MODEL.stat().st_size <= 20_000_000  # a model shipped in the package stays small
 
 
 @needs_model

@@ -1,0 +1,61 @@
+"""Parallel loops of the fit and predict paths: serial numba kernels over index ranges, run on Python threads.
+
+numba's ``parallel=True`` compiles a kernel about three times slower than the same loop written serially (the parfor
+passes and the generated gufunc), and the first fit in a new environment paid that for every kernel it touched. The
+kernels of the common paths are therefore serial, release the GIL (``nogil=True``) and take the range of the outer
+loop they cover, ``kernel(i0, i1, *args)``; `run_ranges` splits ``[0, n)`` into one contiguous range per thread
+(the static schedule ``prange`` used) and runs them at once. Every kernel writes disjoint slots, so the results,
+and a model's bytes, do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba
+
+# Below this many loop iterations a second thread costs more than it saves.
+MIN_PER_THREAD = 1
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < workers:
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="imageforest")
+        return _pool
+
+
+def n_threads() -> int:
+    """Threads a parallel loop may use: numba's setting for this thread (`numba_threads(n_jobs)` sets it)."""
+    return max(1, int(numba.get_num_threads()))
+
+
+def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: int = MIN_PER_THREAD) -> None:
+    """Run ``kernel(i0, i1, *args)`` over ``[0, n)`` split into one contiguous range per thread.
+
+    Parameters
+    ----------
+    kernel : a ``nogil`` numba kernel looping over ``range(i0, i1)``
+    n : iterations of the loop
+    min_per_thread : fewest iterations worth a thread of their own
+    """
+    threads = min(n_threads(), max(1, n // max(1, min_per_thread)))
+    if threads <= 1:
+        if n > 0:
+            kernel(0, n, *args)
+        return
+    bounds = [t * n // threads for t in range(threads + 1)]
+    pool = _executor(threads - 1)
+    futures = [pool.submit(kernel, bounds[t], bounds[t + 1], *args) for t in range(1, threads)]
+    try:
+        kernel(bounds[0], bounds[1], *args)  # the calling thread takes the first range
+    finally:
+        for f in futures:
+            f.result()
