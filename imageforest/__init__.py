@@ -16,8 +16,7 @@ and Vision 7(2-3), 2012.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from imageforest.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -37,16 +36,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'imageforest' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

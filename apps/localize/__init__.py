@@ -9,8 +9,7 @@ The Python API (imported on first use, so that the command's start-up pays only 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from imageforest.lazy import lazy_attributes
 
 _LAZY = {
     "DEFAULT_MODEL": "imageforest.apps.localize.api",
@@ -25,13 +24,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

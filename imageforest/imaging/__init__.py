@@ -8,8 +8,7 @@ the estimators.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from imageforest.lazy import lazy_attributes
 
 _LAZY = {
     "BoxFeatures": "imageforest.imaging.features",
@@ -28,16 +27,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'imageforest.imaging' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = sorted(_LAZY)

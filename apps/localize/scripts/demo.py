@@ -38,7 +38,8 @@ def main() -> None:
     write_image(ct, scan)
     write_image(labels, args.out / "phantom_organs.nii.gz")
     truth = OrganSlices.from_labels(labels, list(range(1, len(ORGANS) + 1))).boxes()
-    print(f"phantom written to {scan} ({ct.array.shape[::-1]} voxels, spacing {tuple(ct.spacing)} mm)")
+    spacing = tuple(float(s) for s in ct.spacing)
+    print(f"phantom written to {scan} ({ct.array.shape[::-1]} voxels, spacing {spacing} mm)")
 
     # The command a user runs, in a new process: its time includes start-up (and numba compilation on a
     # fresh install).
