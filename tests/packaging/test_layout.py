@@ -62,4 +62,9 @@ def test_the_wheel_installs_no_top_level_apps(tmp_path):
     assert top == {"imageforest"}
     assert "imageforest/apps/localize/models/hn_organs.npz" in names
     assert "imageforest/apps/localize/README.md" in names
+    # Exactly the sources' modules: a module left over from an earlier build would be installed too.
+    sources = {f"{prefix}/{p.relative_to(REPO / folder).as_posix()}"
+               for folder, prefix in (("imageforest", "imageforest"), ("apps", "imageforest/apps"))
+               for p in (REPO / folder).rglob("*.py")}
+    assert {n for n in names if n.endswith(".py")} == sources
     assert not (REPO / "build").exists()
