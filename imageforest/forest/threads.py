@@ -17,18 +17,18 @@ from typing import Any
 
 import numba
 
-# Below this many loop iterations a second thread costs more than it saves.
-MIN_PER_THREAD = 1
-
 _pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
 _pool_lock = threading.Lock()
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
-    global _pool
+    """The shared pool, grown when a call wants more workers than it has."""
+    global _pool, _pool_workers
     with _pool_lock:
-        if _pool is None or _pool._max_workers < workers:
+        if _pool is None or _pool_workers < workers:
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="imageforest")
+            _pool_workers = workers
         return _pool
 
 
@@ -37,14 +37,15 @@ def n_threads() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
-def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: int = MIN_PER_THREAD) -> None:
+def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: int = 1) -> None:
     """Run ``kernel(i0, i1, *args)`` over ``[0, n)`` split into one contiguous range per thread.
 
     Parameters
     ----------
     kernel : a ``nogil`` numba kernel looping over ``range(i0, i1)``
     n : iterations of the loop
-    min_per_thread : fewest iterations worth a thread of their own
+    min_per_thread : fewest iterations worth a thread of their own (below it a second thread costs more than it
+        saves)
     """
     threads = min(n_threads(), max(1, n // max(1, min_per_thread)))
     if threads <= 1:
