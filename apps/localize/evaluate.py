@@ -16,7 +16,7 @@ from imageforest.exceptions import InvalidInputError
 
 WALL_NAMES = ("x_lo", "x_hi", "y_lo", "y_hi", "z_lo", "z_hi")  # order of a box's six walls (mm, LPS)
 # The walls of the head-and-neck data set by where a clinician stopped contouring, not by an edge in the image: the
-# cord and the esophagus run on below every scan (benchmarks/localize_contour_ends.py measures how often).
+# cord and the esophagus run on below every scan (benchmarks/localize/contour_ends.py measures how often).
 CONTOUR_STOP_WALLS = "SpinalCord:z_lo,Esophagus:z_lo"
 
 

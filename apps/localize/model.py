@@ -147,7 +147,7 @@ class OrganLocalizer(PlainTrees):
         Share of the fine-stage votes kept per wall; how many times each stage re-centres on its own box.
     slice_elongation : float or None
         Organs whose median training box is at least this many times longer in z than its narrower side get a
-        last, slice-wise stage for their x/y walls (`imageforest.apps.localize.slices`; needs label maps and the fine
+        last, slice-wise stage for their x/y walls (`slices.py`; needs label maps and the fine
         stages); None turns it off.
     slice_trees, slice_min_samples_leaf, slice_margin_mm, slice_reach_mm, slice_points
         T, leaf size, voter margin, feature reach and training voxels per scan of that stage's forests (their

@@ -8,7 +8,7 @@
 - semi-supervised: accuracy on held-out points with 2-10 labels per class on half-moons, four spirals and four
   Gaussians against LabelSpreading (rbf and knn kernels, best reported) and SelfTrainingClassifier.
 
-    python benchmarks/unsupervised_vs_sklearn.py [--quick]
+    python benchmarks/engine/unsupervised_vs_sklearn.py [--quick]
 """
 
 from __future__ import annotations

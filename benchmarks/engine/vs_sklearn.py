@@ -10,7 +10,7 @@ Prints fit / predict time ratios (imageforest / sklearn, < 1 means faster), accu
 growth and model file size (imageforest .npz vs the pickle scikit-learn users save). Compilation is measured apart:
 a fresh process with an empty numba cache (cold compile) and one with the cache filled (cold start).
 
-    python benchmarks/engine_vs_sklearn.py [--quick] [--trees 100] [--json results.json]
+    python benchmarks/engine/vs_sklearn.py [--quick] [--trees 100] [--json results.json]
 """
 
 from __future__ import annotations

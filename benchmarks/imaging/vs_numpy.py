@@ -6,7 +6,7 @@
 3. `apply` over every pixel of a 640 x 480 depth frame with 3 trees of depth 20 (Shotton et al.'s setting).
 4. The integral image of a 512 x 512 x 300 int16 volume (numba) vs numpy's cumsum.
 
-    python benchmarks/imaging.py
+    python benchmarks/imaging/vs_numpy.py
 """
 
 from __future__ import annotations

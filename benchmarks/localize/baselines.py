@@ -1,4 +1,4 @@
-"""The three baselines the localizer is measured against (benchmarks/localize_eval.py).
+"""The three baselines the localizer is measured against (benchmarks/localize/cross_validate.py).
 
 - `BodyRelativeMeanBox`: each organ's population mean box, in coordinates relative to the body's bounding box
   (0 at the body's lower face, 1 at its upper face, per axis), placed in the test scan's body box.

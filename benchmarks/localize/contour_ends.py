@@ -1,6 +1,6 @@
 """Where the reference contours of tube-like organs stop, and what that does to a lower-wall error.
 
-    python benchmarks/localize_contour_ends.py ../shared/data/openkbp-hn [--predictions P.npz] [--png F.png]
+    python benchmarks/localize/contour_ends.py ../shared/data/openkbp-hn [--predictions P.npz] [--png F.png]
 
 The spinal cord and the esophagus run on below any head-and-neck scan, so the lower wall of their reference box is
 where the clinician stopped contouring, not an edge in the image. For each case and each such organ this measures
@@ -8,8 +8,9 @@ the gap (mm) between the contour's lowest slice and the lowest slice in which th
 column (tissue denser than -500 HU within 2 voxels of the centre of the contour's last cross-section). A gap near
 zero means the contour runs to the end of the scanned body; a large gap means it stopped while the organ went on.
 
-With `--predictions` (the file `benchmarks/localize_eval.py --predictions` writes) the forest's lower-wall error is
-broken down by gap, which separates the error against anatomy from the error against a contouring choice.
+With `--predictions` (the file `benchmarks/localize/cross_validate.py --predictions` writes) the forest's
+lower-wall error is broken down by gap, which separates the error against anatomy from the error against a
+contouring choice.
 `--png` draws sagittal slices through cases with large gaps: the contour, its lower end, the forest's held-out
 lower wall.
 """
@@ -109,7 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases_dir", type=Path)
     ap.add_argument("--organs", default="SpinalCord,Esophagus", help="comma-separated organ names")
-    ap.add_argument("--predictions", type=Path, help="per-scan boxes from localize_eval.py --predictions")
+    ap.add_argument("--predictions", type=Path, help="per-scan boxes from cross_validate.py --predictions")
     ap.add_argument("--png", type=Path, help="sagittal slices through cases whose contour stops early")
     ap.add_argument("--max-cases", type=int, help="use only the first N cases (quick runs)")
     args = ap.parse_args()

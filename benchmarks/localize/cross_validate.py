@@ -1,7 +1,8 @@
 """Cross-validated CT organ localization against three baselines, side by side in one run.
 
-    python benchmarks/localize_eval.py ../shared/data/openkbp-hn [--folds 4] [--atlas-cases 12] [--methods ...]
-    python benchmarks/localize_eval.py --rescore PREDICTIONS.npz [--contour-stop-walls Organ:wall,...]
+    python benchmarks/localize/cross_validate.py ../shared/data/openkbp-hn [--folds 4] [--atlas-cases 12]
+        [--methods ...]
+    python benchmarks/localize/cross_validate.py --rescore PREDICTIONS.npz [--contour-stop-walls Organ:wall,...]
 
 For a folder in the openkbp-hn format: per organ, mean absolute wall error (mm), centroid error (mm), presence
 accuracy and seconds per scan of
@@ -22,7 +23,7 @@ multi-atlas rows for the scans it did not run).
 
 The tables add a second mean without the walls `--contour-stop-walls` names (by default the spinal cord's and the
 esophagus's lower walls, which in this data are where a clinician stopped contouring: see
-`benchmarks/localize_contour_ends.py`); the main figure keeps every wall. `--rescore F.npz` prints the wall tables
+`benchmarks/localize/contour_ends.py`); the main figure keeps every wall. `--rescore F.npz` prints the wall tables
 of a saved `--predictions` file again (no training; presence on slabs is not in the file).
 """
 
@@ -180,8 +181,8 @@ def main() -> None:
                    "mean_wall_mm_without_contour_stops": full[m].mean_wall_error(leave_out),
                    "presence_full": full[m].presence_accuracy(), "presence_slabs": cut[m].presence_accuracy(),
                    "seconds_median": float(np.median(full[m].seconds)), "peak_mib": memory[m]} for m in methods}
-        doc["protocol"] = (f"benchmarks/localize_eval.py: {len(cases)} cases, {args.folds}-fold cross-validation, "
-                           f"seed {args.seed}; multi-atlas on {args.atlas_cases} test cases per fold")
+        doc["protocol"] = (f"benchmarks/localize/cross_validate.py: {len(cases)} cases, {args.folds}-fold "
+                           f"cross-validation, seed {args.seed}; multi-atlas on {args.atlas_cases} test cases per fold")
         doc["contour_stop_walls"] = args.contour_stop_walls
         args.json.write_text(json.dumps(doc, indent=2))
     if args.predictions:

@@ -1,6 +1,6 @@
 """Latency of `imageforest localize` with the default model: 128^3 and 512 x 512 x 300 scans, warm and cold.
 
-    python benchmarks/localize_speed.py [SCAN]
+    python benchmarks/localize/speed.py [SCAN]
 
 SCAN defaults to the generated phantom. The 512 x 512 x 300 scan is SCAN resampled (linear) onto a 0.98 x 0.98 x
 1.0 mm grid and written as NIfTI, so read time (decompression) is included. Measured:

@@ -71,7 +71,7 @@ class SemiSupervisedForest(UnsupervisedForestBase):
     bandwidth : float
         Width h of the soft transduction in units of the median geodesic distance from a leaf to its nearest
         labelled leaf; 0 gives eq. 7.4's hard nearest-labelled rule. 5 (with oblique weak learners) is at least
-        LabelSpreading's accuracy on all 9 settings of `benchmarks/unsupervised_vs_sklearn.py`; 3 is behind on
+        LabelSpreading's accuracy on all 9 settings of `benchmarks/engine/unsupervised_vs_sklearn.py`; 3 is behind on
         half-moons with 10 labels per class, 8 is within 0.01 of 5 everywhere.
     weak_learner : str
         "oblique" by default: lines of any direction follow the oblique class boundaries of 2-D problems

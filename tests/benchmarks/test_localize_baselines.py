@@ -1,4 +1,4 @@
-"""The localizer's peers (apps/localize/baselines.py), on phantoms: the body-relative mean box and the
+"""The localizer's peers (benchmarks/localize/baselines.py), on phantoms: the body-relative mean box and the
 ExtraTrees regression-voting prototype (multi-atlas registration is exercised by the real-data benchmark only:
 tens of seconds per scan)."""
 

@@ -4,8 +4,8 @@
 
 Trains on every case of the openkbp-hn folder (203 head-and-neck CTs, 7 organs) with the parameters below and a
 fixed seed, so the same data gives the same bytes. The model card in the file's metadata records the data, organs,
-working spacing, parameters and, when `--cv-json` names the output of `benchmarks/localize_eval.py --json`, the
-cross-validated errors measured with the same parameters.
+working spacing, parameters and, when `--cv-json` names the output of
+`benchmarks/localize/cross_validate.py --json`, the cross-validated errors measured with the same parameters.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("data", nargs="?", type=Path,
                     default=Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "openkbp-hn")
     ap.add_argument("--out", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--cv-json", type=Path, default=None, help="benchmarks/localize_eval.py --json output")
+    ap.add_argument("--cv-json", type=Path, default=None, help="benchmarks/localize/cross_validate.py --json output")
     ap.add_argument("--card-only", action="store_true",
                     help="only add --cv-json's numbers to the model card of the existing --out model")
     args = ap.parse_args()
@@ -52,7 +52,7 @@ def main() -> None:
             "per_organ_wall_mm": {r["organ"]: round(r["wall_mm"], 2) for r in forest["organs"]},
             "presence_full_scans": round(forest["presence_full"], 3),
             "presence_out_of_view_slabs": round(forest["presence_slabs"], 3),
-            "protocol": cv.get("protocol", "benchmarks/localize_eval.py"),
+            "protocol": cv.get("protocol", "benchmarks/localize/cross_validate.py"),
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.out)
