@@ -37,6 +37,7 @@ import numpy as np
 from imageforest.apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
 from imageforest.apps.localize.scans import (
     AIR_HU,
+    WALL_AXIS,
     OrganSlices,
     body_edges,
     body_mask,
@@ -46,12 +47,12 @@ from imageforest.apps.localize.scans import (
     working_image,
 )
 from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
-from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
 from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
+from imageforest.voting import Votes, ranked_medians, ranked_order
 
 TRIU = np.triu_indices(6)
 # Where the packed upper triangle keeps the six variances, and the wall pairs of the 15 covariances beside them
@@ -346,7 +347,7 @@ class OrganLocalizer(PlainTrees):
         # leaf of one scan's voxels has a nearly singular covariance; a floor of one working voxel squared per
         # wall keeps such leaves from looking infinitely certain, in the gain and in the vote ranking.
         objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=self._floor())
-        grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+        grown = self.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
         say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
         self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = _organ_leaves(grown, Y, np.concatenate(known), n_org)
         self.leaf_var_, self.leaf_corr_ = pack_covariance(cov)  # as a model file holds them
@@ -443,7 +444,7 @@ class OrganLocalizer(PlainTrees):
         wall_var = self.leaf_var_  # the one-voxel floor added to every leaf changes no order
         # Per organ and wall, all leaves in order of confidence (the variance is the leaf's, not the scan's):
         # voting then walks this order instead of sorting the reached leaves of every scan.
-        self._wall_order = np.stack([wall_order(wall_var[:, o], self._votes[:, o])
+        self._wall_order = np.stack([ranked_order(wall_var[:, o], self._votes[:, o])
                                      for o in range(self.leaf_count_.shape[1])])
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_.transpose(1, 0, 2), dtype=np.float64)  # (organ, L, 6)
         seen = ~np.isnan(self.edge_offsets_)
@@ -557,8 +558,8 @@ class OrganLocalizer(PlainTrees):
         # Leaves are taken in that order until they hold the wanted share of the votes (the last one whole).
         keep = max(1, round(self.vote_fraction * n_valid))
         keep_presence = max(1, round(self.presence_fraction * n_valid))
-        (box, view_box), (spread, view_spread) = confident_walls(  # view_*: the broader vote that judges presence
-            self._wall_order[o], self._wall_mean[o], votes, slot, pos, (keep, keep_presence))
+        (box, view_box), (spread, view_spread) = ranked_medians(  # view_*: the broader vote that judges presence
+            self._wall_order[o], self._wall_mean[o], votes, slot, pos, WALL_AXIS, (keep, keep_presence))
         for k in range(6):
             if self._edge_prior[o, k]:
                 box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
@@ -798,20 +799,14 @@ def _organ_leaves(grown, Y: np.ndarray, known: np.ndarray, n_org: int):
     mean = np.zeros((n_leaves, n_org, 6), dtype=np.float16)  # mm; float16 steps are <= 0.25 mm below 512 mm
     cov = np.zeros((n_leaves, n_org, 21), dtype=np.float16)
     for o in range(n_org):
-        y = Y[pts, 6 * o:6 * o + 6]
+        y = Y[:, 6 * o:6 * o + 6]
         has = ~np.isnan(y[:, 0])
-        wo = np.where(has, w, 0.0)
-        yz = np.where(has[:, None], y, 0.0)
-        c = np.bincount(seg, weights=wo, minlength=n_leaves)
+        c, m, full = grown.leaf_moments(np.where(has[:, None], y, 0.0), np.where(has[grown.order], grown.wts, 0.0),
+                                        "full")
         k = np.bincount(seg, weights=np.where(known[pts, o], w, 0.0), minlength=n_leaves)
         prior = c.sum() / max(k.sum(), 1e-300)
         share[:, o] = np.where(k > 0, c / np.maximum(k, 1e-300), prior)
         count[:, o] = c
-        safe = np.maximum(c, 1e-300)[:, None]
-        m = np.stack([np.bincount(seg, weights=wo * yz[:, a], minlength=n_leaves) for a in range(6)], 1) / safe
         mean[:, o] = m
-        r = yz - m[seg]
-        full = np.stack([np.bincount(seg, weights=wo * r[:, a] * r[:, b], minlength=n_leaves)
-                         for a, b in zip(*TRIU, strict=True)], 1) / safe
-        cov[:, o] = np.clip(full, -COV_MAX, COV_MAX)
+        cov[:, o] = np.clip(full[:, TRIU[0], TRIU[1]], -COV_MAX, COV_MAX)
     return share, count, mean, cov

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import SimpleITK as sitk
 
-from imageforest.apps.localize.scans import AIR_HU, HU_RANGE
-from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
+from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
+from imageforest.voting import Votes, ranked_medians, ranked_order
 
 MIN_LEAF_VOTERS = 3  # leaves with fewer training voxels do not vote
 
@@ -165,15 +165,8 @@ class WallRefiner(PlainTrees):
         y = np.asarray(targets, dtype=np.float64)
         floor = float(self.spacing_mm) ** 2  # one fine voxel squared per wall (see OrganLocalizer.fit)
         objective = Objective.regression(y, "gaussian", block_size=q, variance_floor=floor)
-        grown = self._grow_family(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
-        n_leaves = grown.leaf_start.size
-        seg, positions = grown.leaf_members()
-        rows = y[grown.order[positions]]
-        count = np.bincount(seg, minlength=n_leaves).astype(np.float64)
-        safe = np.maximum(count, 1.0)[:, None]
-        mean = np.stack([np.bincount(seg, weights=rows[:, k], minlength=n_leaves) for k in range(q)], 1) / safe
-        resid = rows - mean[seg]
-        var = np.stack([np.bincount(seg, weights=resid[:, k] ** 2, minlength=n_leaves) for k in range(q)], 1) / safe
+        grown = self.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+        count, mean, var = grown.leaf_moments(y)
         self.leaf_count_ = count.astype(np.float32)
         # float16 halves the file: steps are <= 0.06 mm for displacements below 128 mm; variances beyond
         # 65000 mm^2 (std 255 mm) would not vote anyway.
@@ -187,7 +180,7 @@ class WallRefiner(PlainTrees):
         self._wall_mean = np.ascontiguousarray(self.leaf_mean_, dtype=np.float64)
         self._valid = self.leaf_count_ >= MIN_LEAF_VOTERS
         # the one-voxel floor added to every leaf changes no order
-        self._wall_order = wall_order(self.leaf_var_, self._valid)
+        self._wall_order = ranked_order(self.leaf_var_, self._valid)
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, n_points: int,
               fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -206,8 +199,8 @@ class WallRefiner(PlainTrees):
         if n_valid == 0:
             return np.asarray(box, dtype=np.float64).copy(), np.full(6, np.nan)
         keep = max(1, round(fraction * n_valid))
-        boxes, spreads = confident_walls(self._wall_order, self._wall_mean, votes, votes.slots(self.forest_.n_leaves),
-                                         region_positions(region, zyx), (keep,))
+        boxes, spreads = ranked_medians(self._wall_order, self._wall_mean, votes, votes.slots(self.forest_.n_leaves),
+                                        region_positions(region, zyx), WALL_AXIS, (keep,))
         return boxes[0], spreads[0]
 
     # -- storage inside the localizer's model file -----------------------------------------------------------

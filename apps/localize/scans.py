@@ -20,6 +20,7 @@ AIR_HU = -1024.0
 BODY_HU = -500.0  # voxels denser than this are "body" (skin, tissue, bone; not air or lung core)
 HU_RANGE = (-1024.0, 3071.0)
 WALLS = ("x", "y", "z")
+WALL_AXIS = np.array([0, 0, 1, 1, 2, 2])  # wall k of a box lies along physical axis WALL_AXIS[k]
 
 
 def working_image(image: Image, spacing_mm: float) -> Image:

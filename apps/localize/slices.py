@@ -23,11 +23,11 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from imageforest.apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
-from imageforest.apps.localize.selection import median_and_spread, select_kth
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
 from imageforest.kernels import njit
+from imageforest.voting import median_and_spread, select_kth
 
 SLICE_AXIS = np.array([0, 0, 1, 1])  # cross-section wall k lies along physical axis SLICE_AXIS[k] (x, x, y, y)
 VOTERS_PER_SLICE = 400  # at most this many voxels per fine slice vote (evenly spaced)

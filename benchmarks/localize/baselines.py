@@ -19,8 +19,15 @@ import warnings
 import numpy as np
 import SimpleITK as sitk
 
-from imageforest.apps.localize.scans import AIR_HU, body_edges, body_mask, voxel_box, voxel_positions, working_image
-from imageforest.apps.localize.voting import WALL_AXIS
+from imageforest.apps.localize.scans import (
+    AIR_HU,
+    WALL_AXIS,
+    body_edges,
+    body_mask,
+    voxel_box,
+    voxel_positions,
+    working_image,
+)
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 

@@ -135,11 +135,33 @@ class BaseForest:
         if self.weak_learner not in KINDS:
             raise InvalidInputError(f"weak_learner must be one of {sorted(KINDS)}, got {self.weak_learner!r}")
         family = VectorFeatures.for_data(self.weak_learner, X)
-        return self._grow_family(family, X, X.shape[0], objective, sample_weight)
+        return self.grow(family, X, X.shape[0], objective, sample_weight)
 
-    def _grow_family(self, family: FeatureFamily, data: Any, n_points: int, objective: Objective,
-                     sample_weight: np.ndarray) -> GrownForest:
-        """Grow on any feature family (vectors, image boxes, depth probes, ...): the trainer does not care."""
+    def grow(self, family: FeatureFamily, data: Any, n_points: int, objective: Objective,
+             sample_weight: np.ndarray | None = None) -> GrownForest:
+        """Grow this estimator's trees on any feature family with any objective: the way applications build on
+        the engine.
+
+        The estimator's hyper-parameters (T, depth, rho, K, leaf size, bagging, structure, seed, threads) set the
+        growth; the family samples weak-learner parameters and computes responses from `data`; the objective
+        scores splits. Sets ``family_``, ``forest_`` and ``n_features_in_``; the caller fits its leaf models
+        from the returned `GrownForest` (e.g. `GrownForest.leaf_moments`).
+
+        Parameters
+        ----------
+        family : FeatureFamily
+            Vectors (`VectorFeatures`), image boxes (`BoxFeatures`), depth probes, ... or an application's own.
+        data : what `family.responses` reads (an array, or e.g. (image stack, points) for image families)
+        n_points : number of training points in `data`
+        objective : `Objective.classification`, `.regression` or `.semi_supervised` over the n_points
+        sample_weight : (n_points,) float64 or None (all ones)
+
+        Returns
+        -------
+        GrownForest
+            The forest's flat arrays plus each leaf's training points.
+        """
+        sample_weight = check_sample_weight(sample_weight, n_points)
         settings = self._settings(family.n_features)
         settings.max_samples = self._max_samples(n_points)
         rng = np.random.default_rng(self.random_state)

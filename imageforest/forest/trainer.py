@@ -87,6 +87,45 @@ class GrownForest:
         positions = np.arange(lengths.sum()) + np.repeat(self.leaf_start - (np.cumsum(lengths) - lengths), lengths)
         return leaf, positions
 
+    def leaf_moments(self, values: np.ndarray, weights: np.ndarray | None = None, covariance: str = "diagonal"
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Weighted count, mean and spread of per-point values over every leaf's training points.
+
+        Parameters
+        ----------
+        values : (n_points, q) float64, indexed by point (as `order` holds them)
+        weights : (n_positions,) weight of each position in `order`; None: each position's bagging weight `wts`
+        covariance : "diagonal" (per-column variance, (n_leaves, q)), "full" ((n_leaves, q, q)) or "none"
+
+        Returns
+        -------
+        count : (n_leaves,) summed weight; mean : (n_leaves, q) (0 in leaves of no weight); spread or None.
+        Sums run over each leaf's points in `order`, so equal inputs give equal bytes.
+        """
+        n_leaves = self.leaf_start.size
+        leaf, positions = self.leaf_members()
+        rows = np.asarray(values, dtype=np.float64)[self.order[positions]]
+        w = (self.wts if weights is None else np.asarray(weights, dtype=np.float64))[positions]
+        q = rows.shape[1]
+        count = np.bincount(leaf, weights=w, minlength=n_leaves)
+        safe = np.maximum(count, 1e-300)[:, None]
+        mean = np.stack([np.bincount(leaf, weights=w * rows[:, a], minlength=n_leaves) for a in range(q)], 1) / safe
+        if covariance == "none":
+            return count, mean, None
+        resid = rows - mean[leaf]
+        if covariance == "diagonal":
+            spread = np.stack([np.bincount(leaf, weights=w * resid[:, a] ** 2, minlength=n_leaves)
+                               for a in range(q)], 1) / safe
+        elif covariance == "full":
+            spread = np.empty((n_leaves, q, q))
+            for a in range(q):
+                for b in range(a, q):
+                    spread[:, a, b] = spread[:, b, a] = np.bincount(leaf, weights=w * resid[:, a] * resid[:, b],
+                                                                    minlength=n_leaves) / safe[:, 0]
+        else:
+            raise ValueError(f"covariance must be 'diagonal', 'full' or 'none', got {covariance!r}")
+        return count, mean, spread
+
 
 def _node_purity(stats: np.ndarray, counts: np.ndarray, criterion: int, n_blocks: int, q: int) -> np.ndarray:
     """True where a node's targets are all alike (one class, or zero variance in every block)."""

@@ -96,7 +96,7 @@ class ImageClassificationForest(ClassificationForest):
         data, n = self._data(family, images, points)
         sw = check_sample_weight(sample_weight, n)
         objective, sw = self._label_objective(labels, n, sw)
-        self._fit_leaves(self._grow_family(family, data, n, objective, sw), objective)
+        self._fit_leaves(self.grow(family, data, n, objective, sw), objective)
         return self
 
     def apply(self, images, points) -> np.ndarray:  # type: ignore[override]

@@ -327,38 +327,6 @@ def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):
     assert meta["refiners"] == [None] * 7 and not any(k.startswith("refine.") for k in arrays)
 
 
-def test_confident_walls_match_a_plain_reading_of_the_rule():
-    """Per wall: reached leaves by increasing variance (ties by leaf id), taken whole until they hold `keep`
-    votes; the wall is the median of their votes (position + leaf mean), the spread 1.4826 x MAD."""
-    from imageforest.apps.localize.voting import WALL_AXIS, Votes, confident_walls, wall_order
-
-    rng = np.random.default_rng(3)
-    for _ in range(10):
-        n_leaves, n, n_trees = 300, int(rng.integers(20, 400)), int(rng.integers(1, 6))
-        leaves = rng.integers(0, n_leaves, (n, n_trees))
-        var = np.round(rng.random((n_leaves, 6)), 1)  # ties
-        var[rng.random(n_leaves) < 0.2] = np.inf  # leaves that must not vote
-        mean = rng.normal(0, 10, (n_leaves, 6))
-        pos = rng.normal(0, 50, (n, 3))
-        votes = Votes.group(leaves)
-        valid = np.isfinite(var[leaves, 0])
-        keeps = (max(1, int(0.05 * valid.sum())), max(1, int(0.4 * valid.sum())))
-        boxes, spreads = confident_walls(wall_order(var), mean, votes, votes.slots(n_leaves), pos, keeps)
-        # float16 variances (as model files hold them) are ordered by their bit patterns: same order
-        var16 = var.astype(np.float16)
-        assert np.array_equal(wall_order(var16), wall_order(var16.astype(np.float64)))
-        for k in range(6):
-            ids = np.unique(leaves)
-            ids = ids[np.lexsort((ids, var[ids, k]))]
-            for s, keep in enumerate(keeps):
-                held = np.cumsum([np.sum(leaves == i) for i in ids])
-                chosen = ids[:np.searchsorted(held, keep) + 1]
-                rows, cols = np.nonzero(np.isin(leaves, chosen))
-                v = pos[rows, WALL_AXIS[k]] + mean[leaves[rows, cols], k]
-                assert boxes[s, k] == np.median(v)  # exactly: the kernel's selection gives numpy's median
-                assert spreads[s, k] == 1.4826 * np.median(np.abs(v - np.median(v)))
-
-
 def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
     # spacing 2 x 3 x 4 mm, origin (10, 0, -5): voxel i's faces along x at 10 + 2 i -+ 1
     img = Image(np.zeros((20, 20, 20), np.int16), np.array([2.0, 3.0, 4.0]), np.array([10.0, 0.0, -5.0]),

@@ -132,7 +132,7 @@ def test_bad_slice_settings_are_refused(setting, phantoms):
 
 
 def test_hand_written_median_matches_numpy():
-    from imageforest.apps.localize.selection import median_inplace, select_kth
+    from imageforest.voting import median_inplace, select_kth
 
     rng = np.random.default_rng(1)
     for n in range(1, 40):

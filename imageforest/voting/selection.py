@@ -1,8 +1,8 @@
-"""In-place selection and medians for the localizer's numba kernels.
+"""In-place selection and medians for numba kernels that take medians of votes.
 
-numba's own np.median / np.partition compile for seconds on the command line's first run with an empty cache; these
-two plain loops compile in a fraction of that and are shared by every kernel that takes medians of votes
-(`imageforest.apps.localize.voting`, `imageforest.apps.localize.slices`), so they compile once per process.
+numba's own np.median / np.partition compile for seconds on a command's first run with an empty cache; these
+plain loops compile in a fraction of that and are shared by every kernel that takes medians of votes
+(`imageforest.voting.votes`, the localizer's slice stage), so they compile once per process.
 """
 
 from __future__ import annotations
