@@ -38,7 +38,7 @@ def _sym_eigvals(tensor: list[list[np.ndarray]]) -> list[np.ndarray]:
     return [vals[..., k] for k in range(n)]
 
 
-def _hessian(arr: np.ndarray, sigma: float) -> list[list[np.ndarray]]:
+def _hessian(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.ndarray]]:
     n = arr.ndim
     out = [[None] * n for _ in range(n)]
     for a in range(n):
@@ -50,13 +50,13 @@ def _hessian(arr: np.ndarray, sigma: float) -> list[list[np.ndarray]]:
     return out
 
 
-def _structure_tensor(arr: np.ndarray, sigma: float) -> list[list[np.ndarray]]:
+def _structure_tensor(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.ndarray]]:
     n = arr.ndim
     grads = []
     for a in range(n):
         order = [0] * n
         order[a] = 1
-        grads.append(ndimage.gaussian_filter(arr, sigma / 2, order=order))
+        grads.append(ndimage.gaussian_filter(arr, np.divide(sigma, 2), order=order))
     out = [[None] * n for _ in range(n)]
     for a in range(n):
         for b in range(a, n):
@@ -97,14 +97,25 @@ class FilterBank:
                     names.append(f"{name}@{sigma:g}")
         return names
 
-    def __call__(self, image) -> list[np.ndarray]:
-        """Channels of a scalar 2-D or 3-D image (Image or array), float32, in `channel_names` order."""
+    def __call__(self, image, spacing=None) -> list[np.ndarray]:
+        """Channels of a scalar 2-D or 3-D image (Image or array), float32, in `channel_names` order.
+
+        spacing : None (scales in pixels) or mm per pixel along each array axis ((z, y, x) or (y, x)); scales are
+        then in mm, so a volume of anisotropic voxels is smoothed by the same physical amount along every axis.
+        """
         arr = image.array if isinstance(image, Image) else np.asarray(image)
         if arr.ndim not in (2, 3):
             raise InvalidInputError(f"the filter bank takes a scalar 2-D or 3-D image, got shape {arr.shape}")
         arr = arr.astype(np.float32)
+        per_mm = np.ones(arr.ndim)
+        if spacing is not None:
+            sp = np.asarray(spacing, dtype=np.float64)
+            if sp.shape != (arr.ndim,) or not np.all(sp > 0):
+                raise InvalidInputError(f"spacing must hold {arr.ndim} positive values, got {spacing!r}")
+            per_mm = 1.0 / sp
         out = []
-        for sigma in self.scales:
+        for scale in self.scales:
+            sigma = tuple(scale * per_mm) if spacing is not None else scale
             smooth = None
             for name in self.filters:
                 if name == "gaussian":
@@ -116,7 +127,7 @@ class FilterBank:
                     out.append(ndimage.gaussian_gradient_magnitude(arr, sigma))
                 elif name == "difference_of_gaussians":
                     smooth = ndimage.gaussian_filter(arr, sigma) if smooth is None else smooth
-                    out.append(smooth - ndimage.gaussian_filter(arr, 0.66 * sigma))
+                    out.append(smooth - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma)))
                 elif name == "structure_tensor_eigenvalues":
                     out.extend(_sym_eigvals(_structure_tensor(arr, sigma)))
                 else:

@@ -1,0 +1,30 @@
+"""Interactive semi-supervised segmentation from scribbles: ``imageforest segment IMAGE --scribbles S -o MASK``.
+
+The Python API (imported on first use)::
+
+    from imageforest.apps.segment import SegmentationSession, SegmentationForest
+    session = SegmentationSession(image)        # 2-D grey or RGB, or a 3-D volume (an Image, or an array + spacing)
+    session.set_scribbles(scribbles)            # 0 = not labelled, 1..K = classes
+    result = session.update()                   # result.labels, .probabilities, .uncertainty
+    session.suggest(5)                          # where to scribble next
+    session.model().save("model.npz")           # SegmentationForest.load("model.npz").segment(other_image)
+"""
+
+from __future__ import annotations
+
+from imageforest.lazy import lazy_attributes
+
+_LAZY = {
+    "Segmentation": "imageforest.apps.segment.model",
+    "SegmentationForest": "imageforest.apps.segment.model",
+    "SegmentationSession": "imageforest.apps.segment.session",
+    "prepare": "imageforest.apps.segment.features",
+    "read_scribbles": "imageforest.apps.segment.files",
+    "read_segmentation_image": "imageforest.apps.segment.files",
+    "write_labels": "imageforest.apps.segment.files",
+}
+
+__all__ = sorted(_LAZY)
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -1,0 +1,155 @@
+"""What the segmentation forest sees of an image: per-pixel features and the guide that edges are measured on.
+
+An image arrives as 2-D grey (y, x), 2-D colour (y, x, 3 or 4) or a 3-D volume (z, y, x) with a voxel spacing in mm.
+It becomes a `PreparedImage`: the guide, (z, y, x, c) float32 intensities on a common scale (L*a*b* for colour,
+grey and volumes stretched so that their 1st-99th percentiles span 0-100, like L*), and the feature matrix
+(n_voxels, n_features) float32, computed once per image:
+
+- every guide channel, raw and Gaussian-smoothed at each scale;
+- on the first channel (lightness, grey, HU): gradient magnitude, Laplacian of Gaussian and the structure tensor's
+  eigenvalues at each scale (the imaging layer's `FilterBank`);
+- the voxel's position, in percent of the image's longest side (a 2-D image) or in mm from the volume's centre.
+
+Scales are pixels for 2-D images and millimetres for volumes (`FilterBank` with the spacing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.filters import FilterBank
+from imageforest.imaging.io import Image
+
+KINDS = ("grey", "rgb", "volume")
+PLANAR_SCALES = (1.0, 2.0, 4.0, 8.0)  # pixels
+VOLUME_SCALES_MM = (2.0, 4.0, 8.0, 16.0)
+EDGE_FILTERS = ("gradient_magnitude", "laplacian_of_gaussian", "structure_tensor_eigenvalues")
+
+
+@dataclass
+class PreparedImage:
+    """An image ready for segmentation.
+
+    Attributes
+    ----------
+    kind : "grey", "rgb" or "volume"
+    shape : spatial shape, (y, x) or (z, y, x)
+    spacing : (z, y, x) mm per voxel (1, 1, 1 for pictures)
+    guide : (z, y, x, c) float32, the intensities edges are measured on (z = 1 for pictures)
+    features : (n_voxels, n_features) float32, C order over (z, y, x)
+    """
+
+    kind: str
+    shape: tuple[int, ...]
+    spacing: np.ndarray
+    guide: np.ndarray
+    features: np.ndarray
+
+    @property
+    def n_channels(self) -> int:
+        return self.guide.shape[-1]
+
+
+def image_kind(array: np.ndarray, rgb: bool | None = None) -> str:
+    """"grey", "rgb" or "volume" for an array; `rgb` None guesses as scikit-image does (last axis 3 or 4)."""
+    if array.ndim == 2:
+        if rgb:
+            raise InvalidInputError(f"an RGB image needs a colour axis, got shape {array.shape}")
+        return "grey"
+    if array.ndim == 3:
+        colour = array.shape[-1] in (3, 4) if rgb is None else bool(rgb)
+        if colour and array.shape[-1] not in (3, 4):
+            raise InvalidInputError(f"an RGB image has 3 or 4 values per pixel, got shape {array.shape}")
+        return "rgb" if colour else "volume"
+    raise InvalidInputError(f"segmentation takes a 2-D image (grey or RGB) or a 3-D volume, got shape "
+                            f"{array.shape} ({array.ndim} dimensions)")
+
+
+def _stretch(values: np.ndarray) -> np.ndarray:
+    """Scale so that the 1st-99th percentiles span 0-100 (the range of L*), float32."""
+    lo, hi = np.percentile(values, [1.0, 99.0])
+    if not hi > lo:
+        lo, hi = float(values.min()), float(values.max())
+    scale = 100.0 / (hi - lo) if hi > lo else 1.0
+    return ((values - lo) * scale).astype(np.float32)
+
+
+def prepare(image, spacing=None, rgb: bool | None = None, scales=None) -> PreparedImage:
+    """Guide and features of an image.
+
+    Parameters
+    ----------
+    image : `Image` or array: (y, x) grey, (y, x, 3|4) colour, (z, y, x) volume
+    spacing : (z, y, x) mm of a volume given as an array (an `Image` carries its own); pictures use pixels
+    rgb : whether a 3-D array is a colour picture (None: last axis of 3 or 4)
+    scales : filter scales, pixels for pictures, mm for volumes (None: the defaults)
+    """
+    if isinstance(image, Image):
+        array = np.asarray(image.array)
+        kind = image_kind(array, rgb=image.ndim == 2 and array.ndim == 3 if rgb is None else rgb)
+        if kind == "volume" and spacing is None:
+            spacing = np.asarray(image.spacing, dtype=np.float64)[::-1]  # Image spacing is (x, y, z)
+    else:
+        array = np.asarray(image)
+        kind = image_kind(array, rgb)
+    if array.dtype.kind not in "biuf":
+        raise InvalidInputError(f"image values must be numbers, got dtype {array.dtype}")
+    if kind == "rgb" and array.shape[-1] == 4:
+        array = array[..., :3]  # alpha does not describe the scene
+    if not np.all(np.isfinite(array)):
+        raise InvalidInputError("the image holds NaN or infinite values")
+    if min(array.shape[:3 if kind == "volume" else 2]) < 2:
+        raise InvalidInputError(f"the image is too small to segment: shape {array.shape}")
+    if kind == "volume":
+        sp = np.ones(3) if spacing is None else np.asarray(spacing, dtype=np.float64)
+        if sp.shape != (3,) or not np.all(np.isfinite(sp)) or not np.all(sp > 0):
+            raise InvalidInputError(f"spacing must be three positive numbers (z, y, x) in mm, got {spacing!r}")
+        guide = _stretch(array.astype(np.float32))[..., None]
+    elif kind == "rgb":
+        from skimage.color import rgb2lab  # scikit-image's colour module costs ~0.2 s to import
+
+        rgb01 = array.astype(np.float64)
+        if array.dtype.kind in "ui" or rgb01.max() > 1.0:
+            rgb01 = rgb01 / (255.0 if rgb01.max() <= 255 else float(rgb01.max()))
+        guide = rgb2lab(np.clip(rgb01, 0.0, 1.0)).astype(np.float32)[None]
+        sp = np.ones(3)
+    else:
+        guide = _stretch(array.astype(np.float32))[None, ..., None]
+        sp = np.ones(3)
+    return PreparedImage(kind, tuple(guide.shape[:3] if kind == "volume" else guide.shape[1:3]), sp, guide,
+                         pixel_features(guide, sp, kind, scales))
+
+
+def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=None) -> np.ndarray:
+    """(n_voxels, n_features) float32 from a (z, y, x, c) guide; see the module docstring."""
+    volume = kind == "volume"
+    scales = tuple(scales) if scales is not None else (VOLUME_SCALES_MM if volume else PLANAR_SCALES)
+    planes = guide if volume else guide[0]  # filters run in 3-D on volumes, 2-D on pictures
+    sp = spacing if volume else None
+    smooth = FilterBank(("gaussian",), scales)
+    edges = FilterBank(EDGE_FILTERS, scales)
+    columns: list[np.ndarray] = []
+    for c in range(guide.shape[-1]):
+        channel = planes[..., c]
+        columns.append(channel)
+        columns.extend(smooth(channel, sp))
+    columns.extend(edges(planes[..., 0], sp))
+    shape = planes.shape[:-1]
+    grids = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in shape], indexing="ij")
+    if volume:
+        columns.extend((g - (n - 1) / 2.0) * float(s) for g, n, s in zip(grids, shape, spacing, strict=True))
+    else:
+        columns.extend(g * (100.0 / max(shape)) for g in grids)
+    out = np.empty((int(np.prod(shape)), len(columns)), dtype=np.float32)
+    for k, col in enumerate(columns):
+        out[:, k] = np.ravel(col)
+    return out
+
+
+def n_features(kind: str, n_channels: int, n_scales: int) -> int:
+    """Feature count of `pixel_features` for an image kind (what a model file must match)."""
+    ndim = 3 if kind == "volume" else 2
+    return n_channels * (1 + n_scales) + n_scales * (2 + ndim) + ndim

@@ -1,0 +1,217 @@
+"""An interactive segmentation session: one image, the user's scribbles, and the forest's answer after each stroke.
+
+    session = SegmentationSession(image)            # features computed once, here
+    session.set_scribbles(scribbles)                # 0 = not labelled, 1..K = classes (any positive numbers)
+    result = session.update()                       # labels, probabilities, uncertainty
+    session.suggest(5)                              # where a next scribble would help most
+    session.model().save("model.npz")               # apply to other images: SegmentationForest.load(...).segment(...)
+
+Each update (the method, semi-supervised in the sense of Criminisi et al. 2012, ch. 7: the unlabelled pixels take
+part through the image's own geometry):
+
+1. a `SegmentationForest` is grown on the scribbled pixels (at most `max_training_pixels`, drawn per class);
+   its posterior p_f covers every pixel;
+2. geodesic transduction: each class's scribbles spread along the image, the geodesic distance D_k growing with
+   every edge crossed (`imageforest.imaging.geodesic`); p_g(k) is proportional to 1 / D_k;
+3. the two are pooled log-linearly, p proportional to p_g^a p_f^(1 - a) (a = `geodesic_weight`);
+4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
+5. uncertainty is the pooled posterior's entropy; `suggest` proposes the centres of the most uncertain regions
+   not yet scribbled (active learning, sec. 7.4).
+`model` grows an inductive forest on the scribbles plus the confidently transduced pixels, for other images.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from imageforest.apps.segment.features import PreparedImage, prepare
+from imageforest.apps.segment.model import Segmentation, SegmentationForest, entropy, label_dtype
+from imageforest.apps.segment.regularize import graph_cut
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.geodesic import geodesic_distance
+
+GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
+
+
+class SegmentationSession:
+    """Segment one image from scribbles, interactively.
+
+    Parameters
+    ----------
+    image : `imageforest.imaging.Image` or array: (y, x) grey, (y, x, 3|4) RGB, (z, y, x) volume
+    spacing : (z, y, x) mm for a volume given as an array
+    rgb : whether a 3-D array is an RGB picture (None: guessed from a last axis of 3 or 4)
+    forest : the forest's settings (a `SegmentationForest`, unfitted; default: 20 trees of depth 12)
+    geodesic_weight : a, the geodesic transduction's share of the pooled posterior (0: the forest alone)
+    gamma : weight of intensity change in geodesic path lengths (per unit of L* or stretched intensity)
+    smoothness : graph-cut boundary weight (0: no regularisation)
+    max_training_pixels : scribbled pixels the forest is grown on at most
+    """
+
+    def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
+                 geodesic_weight: float = 0.6, gamma: float = 1.0, smoothness: float = 50.0,
+                 max_training_pixels: int = 20000) -> None:
+        for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, np.inf),
+                                 ("smoothness", smoothness, np.inf)):
+            if not (isinstance(value, (int, float)) and 0 <= value <= top):
+                raise InvalidInputError(f"{name} must be a number in [0, {top}], got {value!r}")
+        if not (isinstance(max_training_pixels, int) and max_training_pixels >= 2):
+            raise InvalidInputError(f"max_training_pixels must be an integer >= 2, got {max_training_pixels!r}")
+        t0 = time.perf_counter()
+        self.prepared: PreparedImage = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
+        self.features_s = time.perf_counter() - t0
+        self.settings = forest if forest is not None else SegmentationForest()
+        self.geodesic_weight = float(geodesic_weight)
+        self.gamma = float(gamma)
+        self.smoothness = float(smoothness)
+        self.max_training_pixels = max_training_pixels
+        self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
+        self.result: Segmentation | None = None
+        self._forest: SegmentationForest | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.prepared.shape
+
+    # -- scribbles ----------------------------------------------------------------------------------------
+    def _checked(self, labels) -> np.ndarray:
+        arr = np.asarray(labels)
+        if arr.shape != self.shape:
+            raise InvalidInputError(f"scribbles have shape {arr.shape}; the image's grid is {self.shape}")
+        if arr.dtype.kind == "f":
+            if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+                raise InvalidInputError("scribbles must be whole numbers (0 = not labelled, 1..K = classes)")
+        elif arr.dtype.kind not in "biu":
+            raise InvalidInputError(f"scribbles must be integer labels, got dtype {arr.dtype}")
+        if arr.size and arr.min() < 0:
+            raise InvalidInputError("scribbles must be >= 0 (0 = not labelled)")
+        return arr.astype(np.int64)
+
+    def set_scribbles(self, labels) -> None:
+        """Replace every scribble: `labels` of the image's spatial shape, 0 = not labelled."""
+        self.scribbles = self._checked(labels).copy()
+
+    def add_scribbles(self, labels) -> None:
+        """Add strokes: nonzero entries of `labels` overwrite the scribbles there."""
+        new = self._checked(labels)
+        self.scribbles = np.where(new > 0, new, self.scribbles)
+
+    # -- segmentation -------------------------------------------------------------------------------------
+    def update(self) -> Segmentation:
+        """Segment with the current scribbles (see the module docstring); the result is also `self.result`."""
+        flat = self.scribbles.ravel()
+        index = np.flatnonzero(flat)
+        classes = np.unique(flat[index])
+        if classes.size < 2:
+            raise InvalidInputError("scribbles name " + ("no class" if classes.size == 0 else
+                                    f"a single class ({classes[0]})") + "; paint at least two classes")
+        timing = {}
+        t0 = time.perf_counter()
+        train = self._training_pixels(index, flat[index])
+        forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
+        p_forest = forest.pixel_posterior(self.prepared)
+        t1 = time.perf_counter()
+        timing["forest"] = t1 - t0
+        pooled = p_forest
+        if self.geodesic_weight > 0:
+            p_geo = self._geodesic_posterior(classes)
+            a = self.geodesic_weight
+            logp = a * np.log(np.clip(p_geo, 1e-6, 1.0)) + (1 - a) * np.log(np.clip(p_forest, 1e-6, 1.0))
+            logp -= logp.max(axis=1, keepdims=True)
+            pooled = np.exp(logp)
+            pooled /= pooled.sum(axis=1, keepdims=True)
+        t2 = time.perf_counter()
+        timing["geodesic"] = t2 - t1
+        fixed = np.full(flat.size, -1, dtype=np.int64)
+        fixed[index] = np.searchsorted(classes, flat[index])
+        grid = self.prepared.guide.shape[:3]
+        idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
+                        self.smoothness, fixed.reshape(grid))
+        timing["graph_cut"] = time.perf_counter() - t2
+        self._forest = forest
+        shape = self.shape
+        self.result = Segmentation(classes[idx].reshape(shape).astype(label_dtype(classes)),
+                                   pooled.astype(np.float32).reshape(*shape, classes.size),
+                                   entropy(pooled).reshape(shape), classes, timing)
+        return self.result
+
+    def _new_forest(self) -> SegmentationForest:
+        forest = SegmentationForest(**self.settings.get_params())
+        return forest
+
+    def _training_pixels(self, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """At most `max_training_pixels` of the scribbled pixels, the same share of every class (a fixed draw)."""
+        if index.size <= self.max_training_pixels:
+            return index
+        rng = np.random.default_rng(0)
+        keep = rng.random(index.size) < self.max_training_pixels / index.size
+        return index[keep]
+
+    def _geodesic_posterior(self, classes: np.ndarray) -> np.ndarray:
+        """(n_voxels, K): p_g(k) proportional to 1 / D_k, D_k the geodesic distance from class k's scribbles."""
+        grid = self.prepared.guide.shape[:3]
+        inv = np.empty((int(np.prod(grid)), classes.size))
+        for k, value in enumerate(classes):
+            d = geodesic_distance(self.prepared.guide, (self.scribbles == value).reshape(grid),
+                                  self.prepared.spacing, self.gamma)
+            inv[:, k] = 1.0 / (d.ravel() + GEODESIC_FLOOR)
+        return inv / inv.sum(axis=1, keepdims=True)
+
+    # -- active learning ----------------------------------------------------------------------------------
+    def suggest(self, k: int = 5, radius: float | None = None) -> np.ndarray:
+        """Where to scribble next: the centres of the k most uncertain regions that hold no scribble yet.
+
+        The entropy map, smoothed over `radius` (pixels for pictures, mm for volumes; default 4% of the
+        image's longest side), is searched greedily for maxima at least 2 x radius apart.
+
+        Returns
+        -------
+        (m, ndim) int64 pixel indices ((y, x) or (z, y, x)), m <= k, most uncertain first
+        """
+        from scipy import ndimage
+
+        if self.result is None:
+            raise InvalidInputError("nothing to suggest before the first update")
+        if not (isinstance(k, (int, np.integer)) and k >= 1):
+            raise InvalidInputError(f"k must be a positive integer, got {k!r}")
+        sp = self.prepared.spacing[-len(self.shape):]
+        extent = float(np.max(np.asarray(self.shape) * sp))
+        r = 0.04 * extent if radius is None else float(radius)
+        score = ndimage.gaussian_filter(self.result.uncertainty.astype(np.float64), r / sp / 2.0)
+        score[ndimage.binary_dilation(self.scribbles > 0, iterations=2)] = -np.inf
+        grids = np.indices(self.shape, dtype=np.float64)
+        out = []
+        for _ in range(int(k)):
+            best = int(np.argmax(score))
+            if not np.isfinite(score.flat[best]) or score.flat[best] <= 0:
+                break
+            at = np.unravel_index(best, self.shape)
+            out.append(at)
+            dist2 = sum(((g - a) * s) ** 2 for g, a, s in zip(grids, at, sp, strict=True))
+            score[dist2 <= (2.0 * r) ** 2] = -np.inf
+        return np.array(out, dtype=np.int64).reshape(-1, len(self.shape))
+
+    # -- induction ----------------------------------------------------------------------------------------
+    def model(self, confidence: float = 0.9) -> SegmentationForest:
+        """A forest for other images: grown on the scribbles plus pixels the last update labelled with pooled
+        probability >= `confidence` (at most `max_training_pixels` in all; scribbles weigh 3x)."""
+        if self.result is None:
+            raise InvalidInputError("no segmentation yet: call update() first")
+        flat = self.scribbles.ravel()
+        scribbled = np.flatnonzero(flat)
+        labels = self.result.labels.ravel()
+        sure = np.flatnonzero((self.result.probabilities.reshape(flat.size, -1).max(axis=1) >= confidence)
+                              & (flat == 0))
+        rng = np.random.default_rng(0)
+        budget = max(self.max_training_pixels - min(scribbled.size, self.max_training_pixels // 2), 0)
+        if sure.size > budget:
+            sure = np.sort(rng.choice(sure, budget, replace=False))
+        scribbled = self._training_pixels(scribbled, flat[scribbled])
+        index = np.concatenate([scribbled, sure])
+        values = np.concatenate([flat[scribbled], labels[sure].astype(np.int64)])
+        weight = np.concatenate([np.full(scribbled.size, 3.0), np.ones(sure.size)])
+        forest = self._new_forest()
+        forest.smoothness = self.smoothness
+        return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
