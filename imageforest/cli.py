@@ -14,6 +14,7 @@ import click
 APP_COMMANDS = {
     "localize": "imageforest.apps.localize.cli",
     "train-localizer": "imageforest.apps.localize.cli",
+    "segment": "imageforest.apps.segment.cli",
 }
 
 

@@ -1,0 +1,145 @@
+"""Reading images and scribbles, writing masks and maps: what the command line and the plugin exchange with disk.
+
+Pictures (PNG, JPEG, BMP, TIFF; grey or RGB) and volumes (anything `imageforest.imaging.read_image` reads) come in;
+scribbles are label images of the same grid: a palette or greyscale PNG/TIFF for pictures (palette indices are the
+labels), any integer volume for volumes; 0 = not labelled. Every write goes to a temporary file in the destination
+folder first and is renamed over the target, so a failed write leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.io import Image, read_image, write_image
+
+PICTURE_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
+LABEL_PICTURE_SUFFIXES = (".png", ".tif", ".tiff", ".bmp")
+VOLUME_SUFFIXES = (".nii", ".nii.gz", ".nrrd", ".mha", ".mhd")
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    for ext in (".nii.gz", *VOLUME_SUFFIXES, *PICTURE_SUFFIXES, ".npy"):
+        if name.endswith(ext):
+            return ext
+    return path.suffix.lower()
+
+
+def read_segmentation_image(path: str | os.PathLike) -> Image:
+    """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError)."""
+    image = read_image(path)
+    if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
+        raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
+                                "takes 2-D pictures and 3-D volumes")
+    return image
+
+
+def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
+    """Scribbles for `image` as int64 labels on its spatial grid ((y, x) or (z, y, x)), 0 = not labelled."""
+    path = Path(path)
+    shape = image.array.shape[: image.ndim]
+    if image.ndim == 2 and _suffix(path) in PICTURE_SUFFIXES:
+        from PIL import Image as PILImage
+        from PIL import UnidentifiedImageError
+
+        try:
+            with PILImage.open(path) as pic:
+                mode = pic.mode
+                arr = np.array(pic)
+        except (OSError, UnidentifiedImageError) as exc:
+            raise InvalidInputError(f"{path}: cannot read the scribbles ({exc})") from None
+        if arr.ndim == 3:
+            if mode in ("RGB", "RGBA") and np.all(arr[..., 0:1] == arr[..., :3]):
+                arr = arr[..., 0]  # a grey label image stored as RGB
+            else:
+                raise InvalidInputError(f"{path}: scribbles are a colour ({mode}) image; give a label image "
+                                        "(palette or greyscale PNG, 0 = not labelled, 1..K = classes)")
+    else:
+        arr = read_image(path).array
+    if arr.shape != shape:
+        raise InvalidInputError(f"{path}: scribbles of shape {arr.shape} do not match the image's grid {shape}")
+    if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+        raise InvalidInputError(f"{path}: scribbles must be whole-number labels")
+    if arr.dtype.kind not in "biuf":
+        raise InvalidInputError(f"{path}: scribbles must be integer labels, got {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        raise InvalidInputError(f"{path}: scribbles must be >= 0 (0 = not labelled)")
+    return arr.astype(np.int64)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Call write(temporary path) in the destination's folder, then rename it over `path`."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InvalidInputError(f"{path}: the folder {path.parent} does not exist")
+    suffix = _suffix(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _like(array: np.ndarray, image: Image) -> Image:
+    return Image(array, image.spacing.copy(), image.origin.copy(), image.direction.copy(), source=image.source)
+
+
+def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> None:
+    """A label map on `image`'s grid: PNG/TIFF/BMP for pictures (8-bit, 16-bit past 255), a volume format for
+    volumes (the image's geometry)."""
+    path = Path(path)
+    suffix = _suffix(path)
+    if image.ndim == 2:
+        if suffix not in LABEL_PICTURE_SUFFIXES:
+            raise InvalidInputError(f"{path}: write a picture's mask as {', '.join(LABEL_PICTURE_SUFFIXES)}")
+        from PIL import Image as PILImage
+
+        if labels.max() > 255 and suffix == ".bmp":
+            raise InvalidInputError(f"{path}: labels above 255 need PNG or TIFF")
+        arr = labels.astype(np.uint8 if labels.max() <= 255 else np.uint16)
+        atomic_write(path, lambda tmp: PILImage.fromarray(arr).save(tmp, format=_pil_format(suffix)))
+        return
+    if suffix not in VOLUME_SUFFIXES:
+        raise InvalidInputError(f"{path}: write a volume's mask as {', '.join(VOLUME_SUFFIXES)}")
+    write_image(_like(labels.astype(np.uint8 if labels.max() <= 255 else np.uint16), image), path)
+
+
+def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None:
+    """A float map (probabilities (..., K) or uncertainty) on `image`'s grid: `.npy` always; float32 TIFF for
+    pictures; a volume format (vector voxels for probabilities) for volumes; for a picture's scalar map also PNG,
+    scaled so that 255 is the largest value."""
+    path = Path(path)
+    suffix = _suffix(path)
+    values = np.asarray(values, dtype=np.float32)
+    if suffix == ".npy":
+        atomic_write(path, lambda tmp: np.save(tmp, values, allow_pickle=False))
+    elif image.ndim == 2 and suffix in (".tif", ".tiff"):
+        import tifffile
+
+        atomic_write(path, lambda tmp: tifffile.imwrite(tmp, values))
+    elif image.ndim == 2 and suffix == ".png" and values.ndim == 2:
+        from PIL import Image as PILImage
+
+        top = float(values.max()) if values.size and values.max() > 0 else 1.0
+        scaled = np.round(values / top * 255.0).astype(np.uint8)
+        atomic_write(path, lambda tmp: PILImage.fromarray(scaled).save(tmp, format="PNG"))
+    elif image.ndim == 3 and suffix in VOLUME_SUFFIXES:
+        write_image(_like(values, image), path)
+    else:
+        kinds = ".npy, .tif" + (", .png (a scalar map)" if image.ndim == 2 else ", " + ", ".join(VOLUME_SUFFIXES))
+        raise InvalidInputError(f"{path}: write this map as {kinds}")
+
+
+def _pil_format(suffix: str) -> str:
+    return {".png": "PNG", ".tif": "TIFF", ".tiff": "TIFF", ".bmp": "BMP"}[suffix]

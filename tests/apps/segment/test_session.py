@@ -1,0 +1,151 @@
+"""The interactive session and the segmentation model: accuracy on known regions, suggestions, files, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imageforest.apps.segment import SegmentationForest, SegmentationSession
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.io import Image
+
+from .conftest import disc_picture, strokes
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.sum(a & b) / np.sum(a | b))
+
+
+def test_rgb_picture_from_three_strokes(picture):
+    img, disc = picture
+    session = SegmentationSession(img)
+    session.set_scribbles(strokes())
+    result = session.update()
+    assert result.labels.shape == disc.shape and result.labels.dtype == np.uint8
+    assert iou(result.labels == 1, disc) > 0.9
+    assert np.allclose(result.probabilities.sum(axis=-1), 1.0, atol=1e-5)
+    assert result.uncertainty.shape == disc.shape and 0 <= result.uncertainty.min()
+    assert result.uncertainty.max() <= np.log(2) + 1e-6
+    assert np.array_equal(result.classes, [1, 2])
+    scr = strokes()
+    assert np.all(result.labels[scr > 0] == scr[scr > 0])  # scribbled pixels keep their label
+
+
+def test_each_ingredient_can_be_switched_off(picture):
+    img, disc = picture
+    for options in ({"geodesic_weight": 0.0}, {"smoothness": 0.0}, {"geodesic_weight": 0.0, "smoothness": 0.0}):
+        session = SegmentationSession(img, **options)
+        session.set_scribbles(strokes())
+        assert iou(session.update().labels == 1, disc) > 0.7, options
+
+
+def test_grey_picture_and_scribble_numbers_are_kept(picture):
+    img, disc = picture
+    grey = img[..., 0].astype(np.float64)  # the red channel: the disc stands out in it
+    session = SegmentationSession(grey)
+    session.set_scribbles(strokes(fg=7, bg=3))
+    result = session.update()
+    assert set(np.unique(result.labels)) == {3, 7}
+    assert iou(result.labels == 7, disc) > 0.85
+
+
+def test_three_classes():
+    rng = np.random.default_rng(2)
+    img = np.zeros((40, 90))
+    img[:, 30:60] = 50
+    img[:, 60:] = 100
+    img += rng.normal(0, 8, img.shape)
+    scr = np.zeros(img.shape, dtype=np.uint8)
+    scr[20, 5:20], scr[20, 38:52], scr[20, 70:85] = 1, 2, 3
+    session = SegmentationSession(img)
+    session.set_scribbles(scr)
+    labels = session.update().labels
+    truth = np.repeat([1, 2, 3], 30)[None, :].repeat(40, axis=0)
+    assert np.mean(labels == truth) > 0.95
+
+
+def test_volume_with_spacing(ball_volume):
+    vol, ball, scr = ball_volume
+    image = Image(vol, np.array([1.0, 1.0, 2.0]), np.zeros(3), np.eye(3))
+    session = SegmentationSession(image)
+    assert np.allclose(session.prepared.spacing, [2.0, 1.0, 1.0])  # (z, y, x) from the Image's (x, y, z)
+    session.set_scribbles(scr)
+    labels = session.update().labels
+    dice = 2 * np.sum((labels == 1) & ball) / (np.sum(labels == 1) + np.sum(ball))
+    assert dice > 0.85
+
+
+def test_add_scribbles_and_suggestions(picture):
+    img, _ = picture
+    session = SegmentationSession(img)
+    scr = strokes()
+    session.set_scribbles(np.where(scr == 1, 1, 0))
+    session.add_scribbles(np.where(scr == 2, 2, 0))
+    assert np.array_equal(session.scribbles, scr)
+    session.update()
+    points = session.suggest(3)
+    assert 1 <= points.shape[0] <= 3 and points.shape[1] == 2
+    assert np.all(scr[tuple(points.T)] == 0)  # never where the user already painted
+    unc = session.result.uncertainty
+    assert unc[tuple(points[0])] > np.median(unc)
+
+
+def test_model_round_trip_and_other_images(picture, tmp_path: Path):
+    img, _ = picture
+    session = SegmentationSession(img)
+    session.set_scribbles(strokes())
+    session.update()
+    model = session.model()
+    model.save(tmp_path / "m.npz")
+    loaded = SegmentationForest.load(tmp_path / "m.npz")
+    other, other_disc = disc_picture(seed=5)
+    a, b = model.segment(other), loaded.segment(other)
+    assert np.array_equal(a.labels, b.labels) and np.allclose(a.probabilities, b.probabilities)
+    assert iou(a.labels == 1, other_disc) > 0.9
+    with pytest.raises(InvalidInputError, match="trained on rgb images with 3"):
+        loaded.segment(other.mean(axis=2))  # grey: another channel count
+
+
+def test_same_bytes_whatever_the_thread_count(picture, tmp_path: Path):
+    img, _ = picture
+    files = []
+    for threads in (1, 2):
+        session = SegmentationSession(img, forest=SegmentationForest(n_jobs=threads))
+        session.set_scribbles(strokes())
+        session.update()
+        session.model().save(tmp_path / f"m{threads}.npz")
+        files.append((tmp_path / f"m{threads}.npz").read_bytes())
+    assert files[0] == files[1]
+
+
+@pytest.mark.parametrize("scribbles, message", [
+    (np.zeros((60, 80), np.uint8), "no class"),
+    (np.where(strokes() == 1, 1, 0), "a single class"),
+    (np.zeros((61, 80), np.uint8), "do not match|shape"),
+    (strokes().astype(np.float64) - 3.0, ">= 0"),
+    (strokes().astype(np.float64) + 0.5, "whole numbers"),
+])
+def test_bad_scribbles(picture, scribbles, message):
+    img, _ = picture
+    session = SegmentationSession(img)
+    with pytest.raises(InvalidInputError, match=message):
+        session.set_scribbles(scribbles)
+        session.update()
+
+
+@pytest.mark.parametrize("image, message", [
+    (np.full((20, 20), np.nan), "NaN"),
+    (np.zeros((4, 5, 6, 7)), "4 dimensions"),
+    (np.zeros((1, 30)), "too small"),
+    (np.array([["a", "b"], ["c", "d"]]), "numbers"),
+])
+def test_bad_images(image, message):
+    with pytest.raises(InvalidInputError, match=message):
+        SegmentationSession(image)
+
+
+def test_nothing_to_suggest_before_an_update(picture):
+    with pytest.raises(InvalidInputError, match="before the first update"):
+        SegmentationSession(picture[0]).suggest(2)
