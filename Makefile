@@ -8,10 +8,11 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	sh plugins/napari-imageforest/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
 	touch $(STAMP)
 

@@ -23,6 +23,7 @@ part through the image's own geometry):
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 
 import numpy as np
 
@@ -101,7 +102,18 @@ class SegmentationSession:
     # -- segmentation -------------------------------------------------------------------------------------
     def update(self) -> Segmentation:
         """Segment with the current scribbles (see the module docstring); the result is also `self.result`."""
-        flat = self.scribbles.ravel()
+        steps = self.update_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def update_steps(self) -> Generator[str, None, Segmentation]:
+        """`update` as a generator that yields the name of each step it finished ("forest", "geodesic") and
+        returns the segmentation: a background worker (the napari plugin's) can stop between steps when a newer
+        stroke makes this update stale. Scribbles are read once, at the start."""
+        flat = self.scribbles.ravel().copy()
         index = np.flatnonzero(flat)
         classes = np.unique(flat[index])
         if classes.size < 2:
@@ -114,9 +126,10 @@ class SegmentationSession:
         p_forest = forest.pixel_posterior(self.prepared)
         t1 = time.perf_counter()
         timing["forest"] = t1 - t0
+        yield "forest"
         pooled = p_forest
         if self.geodesic_weight > 0:
-            p_geo = self._geodesic_posterior(classes)
+            p_geo = self._geodesic_posterior(flat, classes)
             a = self.geodesic_weight
             logp = a * np.log(np.clip(p_geo, 1e-6, 1.0)) + (1 - a) * np.log(np.clip(p_forest, 1e-6, 1.0))
             logp -= logp.max(axis=1, keepdims=True)
@@ -124,6 +137,7 @@ class SegmentationSession:
             pooled /= pooled.sum(axis=1, keepdims=True)
         t2 = time.perf_counter()
         timing["geodesic"] = t2 - t1
+        yield "geodesic"
         fixed = np.full(flat.size, -1, dtype=np.int64)
         fixed[index] = np.searchsorted(classes, flat[index])
         grid = self.prepared.guide.shape[:3]
@@ -149,12 +163,13 @@ class SegmentationSession:
         keep = rng.random(index.size) < self.max_training_pixels / index.size
         return index[keep]
 
-    def _geodesic_posterior(self, classes: np.ndarray) -> np.ndarray:
-        """(n_voxels, K): p_g(k) proportional to 1 / D_k, D_k the geodesic distance from class k's scribbles."""
+    def _geodesic_posterior(self, flat: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """(n_voxels, K): p_g(k) proportional to 1 / D_k, D_k the geodesic distance from class k's scribbles
+        (`flat`: the scribbles, raveled)."""
         grid = self.prepared.guide.shape[:3]
         inv = np.empty((int(np.prod(grid)), classes.size))
         for k, value in enumerate(classes):
-            d = geodesic_distance(self.prepared.guide, (self.scribbles == value).reshape(grid),
+            d = geodesic_distance(self.prepared.guide, (flat == value).reshape(grid),
                                   self.prepared.spacing, self.gamma)
             inv[:, k] = 1.0 / (d.ravel() + GEODESIC_FLOOR)
         return inv / inv.sum(axis=1, keepdims=True)

@@ -1,0 +1,137 @@
+"""The dock widget driven as a user would: add an image, press Start, paint, wait for the worker, read the layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("napari")
+pytest.importorskip("pytestqt")
+
+from napari_imageforest import _widget
+from napari_imageforest._widget import SegmentationWidget
+
+WAIT_MS = 60000
+
+
+def disc_picture(seed: int = 0, shape=(60, 80)) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[: shape[0], : shape[1]]
+    disc = (yy - 30) ** 2 + (xx - 38) ** 2 < 16 ** 2
+    img = np.empty((*shape, 3))
+    img[...] = (60, 140, 70)
+    img[disc] = (190, 60, 50)
+    img += rng.normal(0, 18, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8), disc
+
+
+def paint_line(layer, label: int, points) -> None:
+    layer.selected_label = label
+    for p in points:
+        layer.paint(p, label)
+
+
+def settled(widget) -> bool:
+    return not widget.busy and not widget.pending
+
+
+@pytest.fixture
+def started(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    img, disc = disc_picture()
+    viewer.add_image(img, name="picture", rgb=True)
+    viewer.add_image(disc_picture(seed=4)[0], name="other", rgb=True)
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.image_combo.setCurrentText("picture")
+    widget.start_button.click()
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    return viewer, widget, disc
+
+
+def test_painting_segments_the_picture(started, qtbot):
+    viewer, widget, disc = started
+    scribbles = viewer.layers["scribbles"]
+    assert scribbles.data.shape == disc.shape and scribbles.mode == "paint"
+    scribbles.brush_size = 3
+    paint_line(scribbles, 1, [(30, x) for x in range(32, 44, 2)])  # several strokes: stale updates are dropped
+    paint_line(scribbles, 2, [(5, x) for x in range(5, 30, 3)] + [(y, 70) for y in range(50, 57, 3)])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    seg = viewer.layers["segmentation"].data
+    fg = seg == 1
+    assert np.sum(fg & disc) / np.sum(fg | disc) > 0.9
+    prob = viewer.layers["probability"].data
+    assert prob.shape == disc.shape and prob[disc].mean() > 0.7 and prob[~disc].mean() < 0.2
+    unc = viewer.layers["uncertainty"].data
+    assert unc.shape == disc.shape and 0 <= unc.min() and unc.max() <= np.log(2) + 1e-6
+    points = viewer.layers["suggestions"].data
+    assert 1 <= len(points) <= 5
+    first = widget.next_suggestion()
+    assert np.allclose(viewer.camera.center[-2:], first)
+    assert np.array_equal(viewer.layers["scribbles"].data[scribbles.data > 0],
+                          scribbles.data[scribbles.data > 0])  # strokes kept
+
+
+def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
+    viewer, widget, _ = started
+    scribbles = viewer.layers["scribbles"]
+    scribbles.brush_size = 3
+    paint_line(scribbles, 1, [(30, 36), (30, 40)])
+    paint_line(scribbles, 2, [(5, 10), (5, 20), (55, 70)])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    widget.save_model(tmp_path / "model.npz")
+    assert (tmp_path / "model.npz").is_file()
+    widget.load_model(tmp_path / "model.npz")
+    widget.target_combo.setCurrentText("other")
+    widget.apply_button.click()
+    qtbot.waitUntil(lambda: "other segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    other_disc = disc_picture(seed=4)[1]
+    fg = viewer.layers["other segmentation"].data == 1
+    assert np.sum(fg & other_disc) / np.sum(fg | other_disc) > 0.85
+
+
+def test_a_single_class_is_reported_and_the_scribbles_stay(started, qtbot, monkeypatch):
+    viewer, widget, _ = started
+    said = []
+    monkeypatch.setattr(_widget, "show_info", said.append)
+    scribbles = viewer.layers["scribbles"]
+    paint_line(scribbles, 1, [(30, 36)])
+    qtbot.waitUntil(lambda: bool(said) and settled(widget), timeout=WAIT_MS)
+    assert "Only label 1 is painted" in said[-1]
+    assert scribbles.data[30, 36] == 1 and "segmentation" not in viewer.layers
+
+
+def test_errors_go_to_the_notifications(started, qtbot, monkeypatch, tmp_path):
+    _, widget, _ = started
+    said = []
+    monkeypatch.setattr(_widget, "show_error", said.append)
+    (tmp_path / "bad.npz").write_bytes(b"not a model")
+    widget.load_model(tmp_path / "bad.npz")
+    assert said and "bad.npz" in said[-1]
+    widget.target_combo.setCurrentText("other")
+    widget.apply_button.click()  # no model yet
+    assert "no model yet" in said[-1]
+
+
+def test_volume_with_spacing(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(1)
+    zz, yy, xx = np.mgrid[:16, :32, :32]
+    ball = ((zz - 8) * 2.0) ** 2 + (yy - 16) ** 2 + (xx - 15) ** 2 < 9 ** 2
+    vol = (np.where(ball, 60.0, 0.0) + rng.normal(0, 10, ball.shape)).astype(np.float32)
+    viewer.add_image(vol, name="volume", scale=(2.0, 1.0, 1.0))
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.start(viewer.layers["volume"])
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    assert np.allclose(widget.session.prepared.spacing, [2.0, 1.0, 1.0])
+    scribbles = viewer.layers["scribbles"]
+    data = scribbles.data.copy()
+    data[8, 14:18, 13:17] = 1
+    data[8, 2:5, 2:30] = 2
+    data[3, 28:31, 2:20] = 2
+    scribbles.data = data
+    widget.request_update()  # what a finished stroke does
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    seg = viewer.layers["segmentation"].data == 1
+    assert 2 * np.sum(seg & ball) / (seg.sum() + ball.sum()) > 0.85

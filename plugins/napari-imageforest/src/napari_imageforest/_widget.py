@@ -1,0 +1,344 @@
+"""The dock widget: pick an image layer, paint scribbles, and the forest segments the rest in the background.
+
+Everything it computes comes from `imageforest.apps.segment` (the same session the CLI and the Python API use);
+the widget only moves data between layers and a background worker:
+
+- "Start" prepares the chosen image (features, once) and creates a Labels layer for scribbles: label 1, 2, ...
+  are classes, 0 erases;
+- every finished stroke starts an update in a worker thread; a stroke during an update makes that update stale:
+  it stops at its next step and a new one starts with all the strokes (the viewer never waits);
+- results are layers: "segmentation" (Labels), "probability" (of the first class) and "uncertainty" (posterior
+  entropy) as Images, "suggestions" (Points) where a next scribble would help most; "Next suggestion" moves the
+  view to them in turn;
+- the model (a forest grown on the scribbles and the confidently segmented pixels) can be saved, loaded, and
+  applied to another layer, frame by frame for a stack of pictures.
+Errors (one class painted, a model for other images, ...) appear in napari's notifications; scribbles stay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from napari.layers import Image as ImageLayer
+from napari.layers import Labels
+from napari.qt.threading import create_worker
+from napari.utils.notifications import show_error, show_info
+from qtpy.QtCore import QTimer
+from qtpy.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from imageforest.apps.segment import SegmentationForest, SegmentationSession
+from imageforest.exceptions import ImageForestError
+
+SCRIBBLES = "scribbles"
+N_SUGGESTIONS = 5
+
+
+def _spatial(layer: ImageLayer) -> tuple[np.ndarray, bool, np.ndarray]:
+    """(data, rgb, spacing of the spatial axes) of an image layer."""
+    data = np.asarray(layer.data)
+    rgb = bool(layer.rgb)
+    n_spatial = data.ndim - (1 if rgb else 0)
+    return data, rgb, np.asarray(layer.scale[-n_spatial:], dtype=np.float64)
+
+
+def _session_for(layer: ImageLayer) -> SegmentationSession:
+    data, rgb, scale = _spatial(layer)
+    if not rgb and data.ndim == 3:
+        return SegmentationSession(data, spacing=scale, rgb=False)
+    return SegmentationSession(data, rgb=rgb)
+
+
+class SegmentationWidget(QWidget):
+    """Segment an image layer from scribbles (imageforest's interactive segmentation)."""
+
+    def __init__(self, napari_viewer) -> None:
+        super().__init__()
+        self.viewer = napari_viewer
+        self.session: SegmentationSession | None = None
+        self.image_layer: ImageLayer | None = None
+        self.scribbles: Labels | None = None
+        self.model: SegmentationForest | None = None
+        self.worker = None
+        self.generation = 0
+        self.pending = False
+        self.suggestions = np.zeros((0, 2), dtype=np.int64)
+        self._next = 0
+
+        self.image_combo = QComboBox()
+        self.start_button = QPushButton("Start: paint scribbles on this image")
+        self.status = QLabel("Pick an image layer and press Start.")
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.suggest_button = QPushButton("Next suggestion")
+        self.target_combo = QComboBox()
+        self.apply_button = QPushButton("Apply model to layer")
+        self.save_button = QPushButton("Save model...")
+        self.load_button = QPushButton("Load model...")
+
+        layout = QVBoxLayout()
+        layout.addWidget(QLabel("Image"))
+        layout.addWidget(self.image_combo)
+        layout.addWidget(self.start_button)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addWidget(self.suggest_button)
+        layout.addWidget(QLabel("Apply the model to"))
+        layout.addWidget(self.target_combo)
+        layout.addWidget(self.apply_button)
+        files = QHBoxLayout()
+        files.addWidget(self.save_button)
+        files.addWidget(self.load_button)
+        layout.addLayout(files)
+        layout.addStretch()
+        self.setLayout(layout)
+
+        self.start_button.clicked.connect(lambda: self.start())
+        self.suggest_button.clicked.connect(lambda: self.next_suggestion())
+        self.apply_button.clicked.connect(lambda: self.apply_to(self._layer_named(self.target_combo.currentText())))
+        self.save_button.clicked.connect(self._save_dialog)
+        self.load_button.clicked.connect(self._load_dialog)
+        self.viewer.layers.events.inserted.connect(self._refresh_layer_lists)
+        self.viewer.layers.events.removed.connect(self._refresh_layer_lists)
+        self._refresh_layer_lists()
+
+    # -- layer lists ------------------------------------------------------------------------------------
+    def _images(self) -> list[ImageLayer]:
+        return [layer for layer in self.viewer.layers if isinstance(layer, ImageLayer)
+                and layer.name not in ("probability", "uncertainty")]
+
+    def _layer_named(self, name: str):
+        return next((layer for layer in self.viewer.layers if layer.name == name), None)
+
+    def _refresh_layer_lists(self, event=None) -> None:
+        for combo in (self.image_combo, self.target_combo):
+            current = combo.currentText()
+            combo.clear()
+            combo.addItems([layer.name for layer in self._images()])
+            if current:
+                combo.setCurrentText(current)
+
+    # -- busy state -------------------------------------------------------------------------------------
+    def _busy(self, text: str) -> None:
+        self.status.setText(text)
+        self.progress.setRange(0, 0)  # an indeterminate bar while a worker runs
+
+    def _idle(self, text: str) -> None:
+        self.status.setText(text)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+
+    def _error(self, exc: BaseException) -> None:
+        message = str(exc) if isinstance(exc, ImageForestError) else f"{type(exc).__name__}: {exc}"
+        show_error(message)
+        self._idle(message)
+
+    @property
+    def busy(self) -> bool:
+        return self.worker is not None
+
+    # -- start ------------------------------------------------------------------------------------------
+    def start(self, layer: ImageLayer | None = None) -> None:
+        """Prepare `layer` (default: the chosen one) in the background, then add a scribbles layer to paint on."""
+        layer = layer or self._layer_named(self.image_combo.currentText())
+        if layer is None:
+            show_error("no image layer to segment: open an image first")
+            return
+        self.image_layer = layer
+        self.session = None
+        self.model = None
+        self._busy(f"Computing features of {layer.name} ...")
+        self._run(_session_for, layer, returned=self._started)
+
+    def _run(self, function, *args, returned, yielded=None) -> None:
+        """Run `function(*args)` (a function or a generator function) on a worker thread."""
+        connect = {"returned": returned, "errored": self._error, "finished": self._worker_done}
+        if yielded is not None:
+            connect["yielded"] = yielded
+        self.worker = create_worker(function, *args, _start_thread=False, _connect=connect)
+        self.worker.start()
+
+    def _started(self, session: SegmentationSession) -> None:
+        self.session = session
+        layer = self.image_layer
+        if self.scribbles is None or self.scribbles not in self.viewer.layers \
+                or self.scribbles.data.shape != session.shape:
+            self.scribbles = self.viewer.add_labels(np.zeros(session.shape, dtype=np.uint8), name=SCRIBBLES,
+                                                    scale=layer.scale[-len(session.shape):],
+                                                    translate=layer.translate[-len(session.shape):])
+            self.scribbles.events.paint.connect(self._on_paint)
+        self.scribbles.selected_label = 1
+        self.scribbles.mode = "paint"
+        self.viewer.layers.selection.active = self.scribbles
+        self._idle(f"Features ready ({session.features_s:.1f} s). Paint label 1 on the object, 2 on the "
+                   "background (more labels for more classes).")
+
+    def _worker_done(self) -> None:
+        self.worker = None
+        if self.pending:
+            self.pending = False
+            self.request_update()
+
+    # -- updates ----------------------------------------------------------------------------------------
+    def _on_paint(self, event=None) -> None:
+        # after the stroke's own handlers have written it: the paint event can come before the data is set
+        QTimer.singleShot(0, self.request_update)
+
+    def request_update(self) -> None:
+        """Segment with the scribbles as they are now; a running update becomes stale and stops."""
+        if self.session is None or self.scribbles is None:
+            return
+        self.generation += 1
+        if self.worker is not None:
+            self.pending = True
+            quit_ = getattr(self.worker, "quit", None)
+            if quit_ is not None:
+                quit_()
+            return
+        try:
+            self.session.set_scribbles(np.asarray(self.scribbles.data))
+        except ImageForestError as exc:
+            self._error(exc)
+            return
+        painted = np.unique(self.session.scribbles[self.session.scribbles > 0])
+        if painted.size < 2:  # not an error while the user is still painting the first class
+            message = ("Paint label 1 on the object and 2 on the background." if painted.size == 0 else
+                       f"Only label {painted[0]} is painted: paint at least one more class.")
+            if self.status.text() != message:
+                show_info(message)
+            self._idle(message)
+            return
+        generation = self.generation
+        session = self.session
+
+        def work():
+            result = yield from session.update_steps()
+            return generation, result, session.suggest(N_SUGGESTIONS)
+
+        self._busy("Segmenting ...")
+        self._run(work, returned=self._updated)
+
+    def _updated(self, value) -> None:
+        generation, result, suggestions = value
+        if generation != self.generation:
+            return  # a newer stroke came in: its update follows
+        self.model = None  # grown from this result when asked for
+        kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
+        self._set_layer("segmentation", result.labels, Labels, opacity=0.45, **kw)
+        self._set_layer("probability", result.probabilities[..., 0], ImageLayer, colormap="magma",
+                        contrast_limits=(0.0, 1.0), visible=False, **kw)
+        top = float(np.log(result.classes.size))
+        self._set_layer("uncertainty", result.uncertainty, ImageLayer, colormap="inferno",
+                        contrast_limits=(0.0, top), visible=False, **kw)
+        self.suggestions = suggestions
+        self._next = 0
+        points = suggestions * np.asarray(self.scribbles.scale) + np.asarray(self.scribbles.translate)
+        self._set_layer("suggestions", points, None, **{})
+        self.viewer.layers.selection.active = self.scribbles
+        t = result.timing_s
+        self._idle(f"Updated in {sum(t.values()):.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
+
+    def _set_layer(self, name: str, data: np.ndarray, kind, **kwargs) -> None:
+        layer = self._layer_named(name)
+        if layer is not None:
+            layer.data = data
+            return
+        if name == "suggestions":
+            self.viewer.add_points(data, name=name, size=12, face_color="yellow", border_color="black")
+        elif kind is Labels:
+            self.viewer.add_labels(data, name=name, **kwargs)
+        else:
+            self.viewer.add_image(data, name=name, blending="additive", **kwargs)
+
+    # -- suggestions ------------------------------------------------------------------------------------
+    def next_suggestion(self) -> np.ndarray | None:
+        """Centre the view on the next suggested place to scribble; returns it (pixel indices) or None."""
+        if not len(self.suggestions):
+            show_info("no suggestion yet: paint two classes first")
+            return None
+        point = self.suggestions[self._next % len(self.suggestions)]
+        self._next += 1
+        world = point * np.asarray(self.scribbles.scale) + np.asarray(self.scribbles.translate)
+        if world.size == 3:
+            self.viewer.dims.set_point(self.viewer.dims.ndim - 3, world[0])
+        self.viewer.camera.center = tuple(world[-2:])
+        return point
+
+    # -- models -----------------------------------------------------------------------------------------
+    def current_model(self) -> SegmentationForest:
+        """The loaded model, or one grown from the current segmentation."""
+        if self.model is None:
+            if self.session is None or self.session.result is None:
+                raise ImageForestError("no model yet: paint scribbles (or load a model) first")
+            self.model = self.session.model()
+        return self.model
+
+    def save_model(self, path: str | Path) -> None:
+        try:
+            self.current_model().save(path)
+            self._idle(f"Model saved to {path}.")
+        except (ImageForestError, OSError) as exc:
+            self._error(exc)
+
+    def load_model(self, path: str | Path) -> None:
+        try:
+            self.model = SegmentationForest.load(path)
+            self._idle(f"Model loaded from {path} ({self.model.image_kind_} images).")
+        except (ImageForestError, OSError) as exc:
+            self._error(exc)
+
+    def _save_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save segmentation model", "", "Model (*.npz)")
+        if path:
+            self.save_model(path)
+
+    def _load_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load segmentation model", "", "Model (*.npz)")
+        if path:
+            self.load_model(path)
+
+    def apply_to(self, layer: ImageLayer | None) -> None:
+        """Segment another layer with the model in the background: a picture or volume of the model's kind, or
+        every frame of a stack of pictures; the result is a Labels layer "<name> segmentation"."""
+        if layer is None:
+            show_error("choose a layer to apply the model to")
+            return
+        try:
+            model = self.current_model()
+        except ImageForestError as exc:
+            self._error(exc)
+            return
+        data, rgb, _ = _spatial(layer)
+        n_spatial = data.ndim - (1 if rgb else 0)
+        stack = model.image_kind_ != "volume" and n_spatial == 3
+
+        def work():
+            if not stack:
+                seg = model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
+                                    rgb=rgb if data.ndim == 3 else None)
+                return seg.labels
+            frames = []
+            for k in range(data.shape[0]):
+                frames.append(model.segment(data[k], rgb=rgb if data[k].ndim == 3 else None).labels)
+                yield k + 1
+            return np.stack(frames)
+
+        self._busy(f"Segmenting {layer.name} ...")
+        self._run(work, returned=lambda labels: self._applied(layer, labels),
+                  yielded=lambda k: self.status.setText(f"Segmenting {layer.name}: frame {k} of {data.shape[0]}"))
+
+    def _applied(self, layer: ImageLayer, labels: np.ndarray) -> None:
+        n = labels.ndim
+        self._set_layer(f"{layer.name} segmentation", labels, Labels, opacity=0.45, scale=layer.scale[-n:],
+                        translate=layer.translate[-n:])
+        self._idle(f"{layer.name} segmented.")
