@@ -14,6 +14,8 @@ import numpy as np
 
 UNARY_FLOOR = 1e-4  # posterior floor: -log caps at 9.2 nats, so no single voxel's evidence is absolute
 FIXED_COST = 1e6  # cost of giving a scribbled voxel another label than its own
+CERTAIN = 0.999  # a voxel whose largest class probability reaches this is sure (see `_uncertain_box`)
+BOX_MARGIN = 8  # voxels
 
 
 def contrast_weights(guide: np.ndarray, spacing: np.ndarray, smoothness: float) -> list[tuple[int, np.ndarray]]:
@@ -94,6 +96,36 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     labels = np.argmin(unary, axis=-1).astype(np.int32)
     if smoothness <= 0 or K < 2:
         return labels
+    box = _uncertain_box(posterior, fixed)
+    if box is None:
+        return labels
+    if any(b.stop - b.start < n for b, n in zip(box, labels.shape, strict=True)):
+        labels[box] = _cut(unary[box], guide[box], spacing, smoothness, labels[box], sweeps, maxflow)
+        return labels
+    return _cut(unary, guide, spacing, smoothness, labels, sweeps, maxflow)
+
+
+def _uncertain_box(posterior: np.ndarray, fixed: np.ndarray | None) -> tuple[slice, ...] | None:
+    """The bounding box (grown by `BOX_MARGIN` voxels) of the voxels whose posterior is not all but certain; None
+    when every voxel is. Outside it the graph cut keeps the argmax: a volume where most voxels are sure background
+    is cut only around the structures in question (a 128^3 CT around its organs)."""
+    unsure = posterior.max(axis=-1) < CERTAIN
+    if fixed is not None:
+        unsure &= fixed < 0
+    if not unsure.any():
+        return None
+    box = []
+    for axis in range(3):
+        along = np.flatnonzero(unsure.any(axis=tuple(a for a in range(3) if a != axis)))
+        box.append(slice(max(int(along[0]) - BOX_MARGIN, 0), min(int(along[-1]) + 1 + BOX_MARGIN,
+                                                                   unsure.shape[axis])))
+    return tuple(box)
+
+
+def _cut(unary: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smoothness: float, labels: np.ndarray,
+         sweeps: int, maxflow) -> np.ndarray:
+    """The graph cut over a whole grid, from the argmax `labels`."""
+    K = unary.shape[-1]
     edges = contrast_weights(guide, spacing, smoothness)
     if not edges:
         return labels

@@ -22,8 +22,10 @@ part through the image's own geometry):
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -168,10 +170,16 @@ class SegmentationSession:
         (`flat`: the scribbles, raveled)."""
         grid = self.prepared.guide.shape[:3]
         inv = np.empty((int(np.prod(grid)), classes.size))
-        for k, value in enumerate(classes):
-            d = geodesic_distance(self.prepared.guide, (flat == value).reshape(grid),
+
+        def one(k: int) -> None:
+            d = geodesic_distance(self.prepared.guide, (flat == classes[k]).reshape(grid),
                                   self.prepared.spacing, self.gamma)
             inv[:, k] = 1.0 / (d.ravel() + GEODESIC_FLOOR)
+
+        # the transform's kernel releases the GIL: one class per core
+        threads = self.settings.n_jobs if self.settings.n_jobs not in (None, -1) else os.cpu_count() or 1
+        with ThreadPoolExecutor(max_workers=max(1, min(classes.size, int(threads)))) as pool:
+            list(pool.map(one, range(classes.size)))
         return inv / inv.sum(axis=1, keepdims=True)
 
     # -- active learning ----------------------------------------------------------------------------------

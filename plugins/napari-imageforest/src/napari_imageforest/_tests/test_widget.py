@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 pytest.importorskip("napari")
 pytest.importorskip("pytestqt")
+if not os.environ.get("DISPLAY") and os.environ.get("QT_QPA_PLATFORM") != "offscreen":
+    # Qt would abort the whole run without a display; pytest-xvfb provides one when Xvfb is installed
+    pytest.skip("no display: install Xvfb (plugins/napari-imageforest/system-packages.sh)", allow_module_level=True)
 
 from napari_imageforest import _widget
 from napari_imageforest._widget import SegmentationWidget
