@@ -56,15 +56,16 @@ def commands() -> None:
               help="Posterior entropy per pixel (.png scaled, .tif, .npy; a volume format for volumes).")
 @click.option("--save-model", "save_model_path", type=click.Path(path_type=Path),
               help="Save the trained model (.npz) to apply to other images.")
-@click.option("--smoothness", type=float, default=50.0, show_default=True,
-              help="Graph-cut boundary weight (0: none).")
-@click.option("--geodesic-weight", type=float, default=0.6, show_default=True,
-              help="Share of the geodesic transduction in the posterior (0: the forest alone).")
+@click.option("--smoothness", type=float, default=None,
+              help="Graph-cut boundary weight, 0: none [default: 50 for pictures, 0 for volumes].")
+@click.option("--geodesic-weight", type=float, default=None,
+              help="Share of the geodesic transduction in the posterior, 0: the forest alone [default: 0.6 for "
+                   "pictures, 0.8 for volumes].")
 @click.option("--trees", type=int, default=20, show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=12, show_default=True, help="D, the trees' depth limit.")
 def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, mask_path: Path,
-            proba_path: Path | None, uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float,
-            geodesic_weight: float, trees: int, depth: int) -> None:
+            proba_path: Path | None, uncertainty_path: Path | None, save_model_path: Path | None,
+            smoothness: float | None, geodesic_weight: float | None, trees: int, depth: int) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask."""
     if (scribbles_path is None) == (model_path is None):
         raise _fail("give either --scribbles (train on this image) or --model (apply a saved model)")
@@ -86,8 +87,10 @@ def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, m
             from imageforest.apps.segment.session import SegmentationSession
 
             scribbles = read_scribbles(scribbles_path, picture)
-            session = SegmentationSession(picture, forest=SegmentationForest(n_trees=trees, max_depth=depth),
-                                          geodesic_weight=geodesic_weight, smoothness=smoothness)
+            volume = picture.ndim == 3
+            forest = SegmentationForest(n_trees=trees, max_depth=depth, class_weight="balanced" if volume else None)
+            session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight,
+                                          smoothness=smoothness)
             session.set_scribbles(scribbles)
             result = session.update()
             model = session.model() if save_model_path is not None else None

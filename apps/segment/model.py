@@ -52,8 +52,8 @@ class SegmentationForest(ClassificationForest):
 
     Parameters
     ----------
-    n_trees, max_depth, n_candidates, min_samples_leaf, random_state, n_jobs
-        As for `ClassificationForest` (T, D, rho, leaf size, seed, threads).
+    n_trees, max_depth, n_candidates, min_samples_leaf, class_weight, random_state, n_jobs
+        As for `ClassificationForest` (T, D, rho, leaf size, None or "balanced", seed, threads).
     smoothness : float
         Weight of the graph cut's contrast-sensitive boundary term when the forest is applied to a new image
         (`imageforest.apps.segment.regularize`); 0 gives the forest's argmax.
@@ -68,7 +68,6 @@ class SegmentationForest(ClassificationForest):
     weak_learner = "axis"
     n_thresholds = 16
     criterion = "entropy"
-    class_weight = None
     posterior = "average"
     bootstrap = False
     max_samples = None
@@ -78,8 +77,9 @@ class SegmentationForest(ClassificationForest):
     two_sided = False
 
     def __init__(self, n_trees: int = 20, max_depth: int | None = 12, n_candidates="sqrt", min_samples_leaf: int = 3,
-                 smoothness: float = 50.0, random_state=0, n_jobs: int | None = None) -> None:
+                 class_weight=None, smoothness: float = 50.0, random_state=0, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
+        self.class_weight = class_weight
         self.max_depth = max_depth
         self.n_candidates = n_candidates
         self.min_samples_leaf = min_samples_leaf
