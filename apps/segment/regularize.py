@@ -87,15 +87,17 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     """
     import maxflow  # PyMaxflow: imported here so that reading a model never pays for it
 
+    if smoothness <= 0 or posterior.shape[-1] < 2:
+        labels = np.argmax(posterior, axis=-1).astype(np.int32)
+        if fixed is not None:
+            labels[fixed >= 0] = fixed[fixed >= 0]
+        return labels
     unary = -np.log(np.clip(posterior, UNARY_FLOOR, 1.0))
-    K = unary.shape[-1]
     if fixed is not None:
         given = fixed >= 0
         unary[given] = FIXED_COST
         unary[given, fixed[given]] = 0.0
     labels = np.argmin(unary, axis=-1).astype(np.int32)
-    if smoothness <= 0 or K < 2:
-        return labels
     box = _uncertain_box(posterior, fixed)
     if box is None:
         return labels

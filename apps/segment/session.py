@@ -22,10 +22,8 @@ part through the image's own geometry):
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Generator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -33,7 +31,9 @@ from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import Segmentation, SegmentationForest, entropy, label_dtype
 from imageforest.apps.segment.regularize import graph_cut
 from imageforest.exceptions import InvalidInputError
-from imageforest.imaging.geodesic import geodesic_distance
+from imageforest.forest.threads import run_ranges
+from imageforest.imaging.geodesic import geodesic_distances
+from imageforest.kernels import njit
 
 # Defaults by image kind, measured on the GrabCut scribbles (pictures) and openkbp-hn CT (volumes):
 # see the application's README.
@@ -144,12 +144,10 @@ class SegmentationSession:
         yield "forest"
         pooled = p_forest
         if self.geodesic_weight > 0:
-            p_geo = self._geodesic_posterior(flat, classes)
-            a = self.geodesic_weight
-            logp = a * np.log(np.clip(p_geo, 1e-6, 1.0)) + (1 - a) * np.log(np.clip(p_forest, 1e-6, 1.0))
-            logp -= logp.max(axis=1, keepdims=True)
-            pooled = np.exp(logp)
-            pooled /= pooled.sum(axis=1, keepdims=True)
+            distances = self._geodesic_distances(flat, classes)
+            pooled = np.empty(p_forest.shape, dtype=np.float32)
+            run_ranges(_pool_range, flat.size, distances, np.ascontiguousarray(p_forest, dtype=np.float32),
+                       self.geodesic_weight, GEODESIC_FLOOR, pooled, min_per_thread=4096)
         t2 = time.perf_counter()
         timing["geodesic"] = t2 - t1
         yield "geodesic"
@@ -178,22 +176,15 @@ class SegmentationSession:
         keep = rng.random(index.size) < self.max_training_pixels / index.size
         return index[keep]
 
-    def _geodesic_posterior(self, flat: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """(n_voxels, K): p_g(k) proportional to 1 / D_k, D_k the geodesic distance from class k's scribbles
-        (`flat`: the scribbles, raveled)."""
+    def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """(n_voxels, K) float32 geodesic distances D_k from class k's scribbles (`flat`: the scribbles, raveled)."""
         grid = self.prepared.guide.shape[:3]
-        inv = np.empty((int(np.prod(grid)), classes.size))
-
-        def one(k: int) -> None:
-            d = geodesic_distance(self.prepared.guide, (flat == classes[k]).reshape(grid),
-                                  self.prepared.spacing, self.gamma)
-            inv[:, k] = 1.0 / (d.ravel() + GEODESIC_FLOOR)
-
-        # the transform's kernel releases the GIL: one class per core
-        threads = self.settings.n_jobs if self.settings.n_jobs not in (None, -1) else os.cpu_count() or 1
-        with ThreadPoolExecutor(max_workers=max(1, min(classes.size, int(threads)))) as pool:
-            list(pool.map(one, range(classes.size)))
-        return inv / inv.sum(axis=1, keepdims=True)
+        seeds = np.full(flat.size, -1, dtype=np.int64)
+        given = flat > 0
+        seeds[given] = np.searchsorted(classes, flat[given])
+        d = geodesic_distances(self.prepared.guide, seeds.reshape(grid), classes.size, self.prepared.spacing,
+                               self.gamma)
+        return d.reshape(flat.size, classes.size)
 
     # -- active learning ----------------------------------------------------------------------------------
     def suggest(self, k: int = 5, radius: float | None = None) -> np.ndarray:
@@ -251,3 +242,30 @@ class SegmentationSession:
         forest = self._new_forest()
         forest.smoothness = self.smoothness
         return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
+
+
+@njit(cache=True, nogil=True)
+def _pool_range(i0, i1, dist, p_forest, a, floor, out):  # pragma: no cover - numba
+    """Pooled posterior p proportional to p_g^a p_f^(1 - a) for voxels i0..i1, with p_g(k) proportional to
+    1 / (D_k + floor) and both floored at 1e-6 (no single cue vetoes a class)."""
+    n_cls = dist.shape[1]
+    low = np.log(1e-6)
+    for i in range(i0, i1):
+        total = 0.0
+        for k in range(n_cls):
+            total += 1.0 / (dist[i, k] + floor)
+        log_total = np.log(total)
+        top = -np.inf
+        for k in range(n_cls):
+            log_geo = max(-np.log(dist[i, k] + floor) - log_total, low)
+            log_forest = max(np.log(max(p_forest[i, k], 1e-30)), low)
+            v = a * log_geo + (1.0 - a) * log_forest
+            out[i, k] = v
+            top = max(top, v)
+        z = 0.0
+        for k in range(n_cls):
+            e = np.exp(out[i, k] - top)
+            out[i, k] = e
+            z += e
+        for k in range(n_cls):
+            out[i, k] /= z

@@ -13,11 +13,68 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.exceptions import InvalidInputError
+from imageforest.forest.threads import n_threads, run_ranges
 from imageforest.kernels import njit
 
 # Half of the 26-neighbourhood: the neighbours a forward raster scan has already visited (dz, dy, dx).
 _HALF = np.array([(dz, dy, dx) for dz in (-1, 0) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
                   if (dz, dy, dx) < (0, 0, 0)], dtype=np.int64)
+
+
+def geodesic_distances(intensity: np.ndarray, seed_labels: np.ndarray, n_labels: int, spacing=None,
+                       gamma: float = 1.0, passes: int = 2) -> np.ndarray:
+    """Geodesic distance of every voxel from the nearest seed of each label, all labels in one sweep.
+
+    The step costs are shared by every label, so K labels cost little more than one.
+
+    Parameters
+    ----------
+    intensity : (z, y, x, c) or (y, x, c) float
+    seed_labels : (z, y, x) or (y, x) int, k in 0..n_labels-1 where the voxel seeds label k, -1 elsewhere
+    n_labels : K
+    spacing, gamma, passes : as for `geodesic_distance`
+
+    Returns
+    -------
+    (z, y, x, K) or (y, x, K) float64; +inf for a label without seeds
+    """
+    labels = np.asarray(seed_labels)
+    feat, _, sp, planar = _checked(intensity, labels, spacing)
+    grid = labels.reshape(feat.shape[:3])
+    half = _HALF[_HALF[:, 0] == 0] if feat.shape[0] == 1 else _HALF
+    # labels split into one group per thread, each group in its own array (threads never share a cache line)
+    groups = [g for g in np.array_split(np.arange(int(n_labels)), min(n_threads(), int(n_labels))) if g.size]
+    parts = []
+    for group in groups:
+        part = np.full((*grid.shape, group.size), np.inf, dtype=np.float32)
+        for j, k in enumerate(group):
+            part[..., j][grid == k] = 0.0
+        parts.append(part)
+    run_ranges(_groups_range, len(parts), feat, parts, half, sp, float(gamma) ** 2, int(passes))
+    dist = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+    return dist[0] if planar else dist
+
+
+def _groups_range(g0: int, g1: int, feat, parts, half, spacing, gamma2, passes) -> None:
+    for g in range(g0, g1):
+        _raster_scans_multi(feat, parts[g], half, spacing, gamma2, passes)
+
+
+def _checked(intensity, seeds, spacing) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(z, y, x, c) float32 intensities, (z, y, x) seeds, (z, y, x) spacing, and whether the input was planar."""
+    feat = np.asarray(intensity, dtype=np.float32)
+    mask = np.asarray(seeds)
+    planar = mask.ndim == 2
+    if feat.ndim != mask.ndim + 1 or feat.shape[:-1] != mask.shape or mask.ndim not in (2, 3):
+        raise InvalidInputError(f"intensity {feat.shape} must be the seeds' shape {mask.shape} plus channels")
+    if planar:
+        feat, mask = feat[None], mask[None]
+    sp = np.ones(3) if spacing is None else np.asarray(spacing, dtype=np.float64)
+    if planar and spacing is not None:
+        sp = np.r_[1.0, sp]
+    if sp.shape != (3,) or not np.all(sp > 0):
+        raise InvalidInputError(f"spacing must be positive, one value per axis, got {spacing!r}")
+    return np.ascontiguousarray(feat), mask, sp, planar
 
 
 def geodesic_distance(intensity: np.ndarray, seeds: np.ndarray, spacing=None, gamma: float = 1.0,
@@ -38,22 +95,11 @@ def geodesic_distance(intensity: np.ndarray, seeds: np.ndarray, spacing=None, ga
     -------
     (z, y, x) or (y, x) float64
     """
-    feat = np.asarray(intensity, dtype=np.float32)
-    mask = np.asarray(seeds, dtype=bool)
-    planar = mask.ndim == 2
-    if feat.ndim != mask.ndim + 1 or feat.shape[:-1] != mask.shape:
-        raise InvalidInputError(f"intensity {feat.shape} must be the seeds' shape {mask.shape} plus channels")
-    if planar:
-        feat, mask = feat[None], mask[None]
-    sp = np.ones(3) if spacing is None else np.asarray(spacing, dtype=np.float64)
-    if planar and spacing is not None:
-        sp = np.r_[1.0, sp]
-    if sp.shape != (3,) or not np.all(sp > 0):
-        raise InvalidInputError(f"spacing must be positive, one value per axis, got {spacing!r}")
+    feat, mask, sp, planar = _checked(intensity, np.asarray(seeds, dtype=bool), spacing)
     dist = np.where(mask, 0.0, np.inf)
     if mask.any():
         half = _HALF[_HALF[:, 0] == 0] if feat.shape[0] == 1 else _HALF  # one slice: its own 4 neighbours
-        _raster_scans(np.ascontiguousarray(feat), dist, half, sp, float(gamma) ** 2, int(passes))
+        _raster_scans(feat, dist, half, sp, float(gamma) ** 2, int(passes))
     return dist[0] if planar else dist
 
 
@@ -91,3 +137,49 @@ def _raster_scans(feat, dist, half, spacing, gamma2, passes):  # pragma: no cove
                             if cand < best:
                                 best = cand
                         dist[z, y, x] = best
+
+
+@njit(cache=True, nogil=True)
+def _raster_scans_multi(feat, dist, half, spacing, gamma2, passes):  # pragma: no cover - numba
+    """`_raster_scans` for K labels at once: dist (z, y, x, K); each step's cost is computed once for all K."""
+    nz, ny, nx, nc = feat.shape
+    n_lab = dist.shape[3]
+    n_off = half.shape[0]
+    step2 = np.empty(n_off)
+    step = np.empty(n_off)
+    for k in range(n_off):
+        step2[k] = ((half[k, 0] * spacing[0]) ** 2 + (half[k, 1] * spacing[1]) ** 2
+                    + (half[k, 2] * spacing[2]) ** 2)
+        step[k] = np.sqrt(step2[k])
+    for _ in range(passes):
+        for sign in (1, -1):
+            z0, z1 = (0, nz) if sign == 1 else (nz - 1, -1)
+            y0, y1 = (0, ny) if sign == 1 else (ny - 1, -1)
+            x0, x1 = (0, nx) if sign == 1 else (nx - 1, -1)
+            for z in range(z0, z1, sign):
+                for y in range(y0, y1, sign):
+                    for x in range(x0, x1, sign):
+                        for k in range(n_off):
+                            zz = z + sign * half[k, 0]
+                            yy = y + sign * half[k, 1]
+                            xx = x + sign * half[k, 2]
+                            if zz < 0 or zz >= nz or yy < 0 or yy >= ny or xx < 0 or xx >= nx:
+                                continue
+                            # the step costs at least its length: skip the intensity terms when that already
+                            # improves no label (most steps, once the distances have settled)
+                            useful = False
+                            for lab in range(n_lab):
+                                if dist[zz, yy, xx, lab] + step[k] < dist[z, y, x, lab]:
+                                    useful = True
+                                    break
+                            if not useful:
+                                continue
+                            s = 0.0
+                            for c in range(nc):
+                                diff = feat[z, y, x, c] - feat[zz, yy, xx, c]
+                                s += diff * diff
+                            cost = np.sqrt(step2[k] + gamma2 * s)
+                            for lab in range(n_lab):
+                                cand = dist[zz, yy, xx, lab] + cost
+                                if cand < dist[z, y, x, lab]:
+                                    dist[z, y, x, lab] = cand

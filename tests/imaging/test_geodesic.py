@@ -7,7 +7,7 @@ import pytest
 from scipy import ndimage
 
 from imageforest.exceptions import InvalidInputError
-from imageforest.imaging.geodesic import geodesic_distance
+from imageforest.imaging.geodesic import geodesic_distance, geodesic_distances
 
 
 def test_flat_image_gives_the_chamfer_distance():
@@ -45,3 +45,17 @@ def test_no_seed_is_infinite_and_bad_shapes_are_refused():
         geodesic_distance(np.zeros((4, 5, 1)), np.zeros((4, 4), bool))
     with pytest.raises(InvalidInputError):
         geodesic_distance(np.zeros((4, 4, 4, 1)), np.zeros((4, 4, 4), bool), spacing=(1.0, 0.0, 1.0))
+
+
+def test_all_labels_in_one_sweep_equal_one_label_at_a_time():
+    rng = np.random.default_rng(0)
+    img = rng.random((6, 20, 24, 2)) * 50
+    labels = np.full((6, 20, 24), -1)
+    labels[1, 3, 4] = 0
+    labels[4, 15, 20] = 1
+    labels[2, 10:12, 10] = 2
+    many = geodesic_distances(img, labels, 4, spacing=(2.0, 1.0, 1.0), gamma=0.5)
+    for k in range(3):
+        one = geodesic_distance(img, labels == k, spacing=(2.0, 1.0, 1.0), gamma=0.5)
+        assert np.allclose(many[..., k], one)
+    assert np.all(np.isinf(many[..., 3]))  # a label without seeds
