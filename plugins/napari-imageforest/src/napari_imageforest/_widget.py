@@ -23,9 +23,11 @@ import numpy as np
 from napari.layers import Image as ImageLayer
 from napari.layers import Labels
 from napari.qt.threading import create_worker
+from napari.utils.colormaps import DirectLabelColormap
 from napari.utils.notifications import show_error, show_info
 from qtpy.QtCore import QTimer
 from qtpy.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
@@ -80,6 +82,8 @@ class SegmentationWidget(QWidget):
         self.status.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
+        self.hide_background = QCheckBox("Leave the last label (background) undrawn")
+        self.hide_background.setChecked(True)
         self.suggest_button = QPushButton("Next suggestion")
         self.target_combo = QComboBox()
         self.apply_button = QPushButton("Apply model to layer")
@@ -92,6 +96,7 @@ class SegmentationWidget(QWidget):
         layout.addWidget(self.start_button)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
+        layout.addWidget(self.hide_background)
         layout.addWidget(self.suggest_button)
         layout.addWidget(QLabel("Apply the model to"))
         layout.addWidget(self.target_combo)
@@ -235,6 +240,7 @@ class SegmentationWidget(QWidget):
         self.model = None  # grown from this result when asked for
         kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
         self._set_layer("segmentation", result.labels, Labels, opacity=0.45, **kw)
+        self._colour_like_scribbles(self._layer_named("segmentation"), result.classes)
         self._set_layer("probability", result.probabilities[..., 0], ImageLayer, colormap="magma",
                         contrast_limits=(0.0, 1.0), visible=False, **kw)
         top = float(np.log(result.classes.size))
@@ -247,6 +253,17 @@ class SegmentationWidget(QWidget):
         self.viewer.layers.selection.active = self.scribbles
         t = result.timing_s
         self._idle(f"Updated in {sum(t.values()):.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
+
+    def _colour_like_scribbles(self, layer: Labels, classes: np.ndarray) -> None:
+        """Each class in its scribbles' colour; the last (the background, by the usual numbering) transparent when
+        the check box says so, so that the image shows through around the objects."""
+        clear = np.zeros(4)
+        colours = {None: clear, 0: clear}
+        for c in classes:
+            colours[int(c)] = np.asarray(self.scribbles.colormap.map(int(c)), dtype=float).reshape(-1)[:4]
+        if self.hide_background.isChecked():
+            colours[int(classes[-1])] = clear
+        layer.colormap = DirectLabelColormap(color_dict=colours)
 
     def _set_layer(self, name: str, data: np.ndarray, kind, **kwargs) -> None:
         layer = self._layer_named(name)
