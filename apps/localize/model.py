@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numba
 import numpy as np
@@ -48,6 +49,7 @@ from imageforest.apps.localize.scans import (
 )
 from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
 from imageforest.estimators.base import numba_threads
+from imageforest.estimators.params import GROWTH, Anything, Boolean, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.imaging.features import BoxFeatures, ImageStack
@@ -167,6 +169,21 @@ class OrganLocalizer(PlainTrees):
     # own responses land inside the clusters, where uniform draws over [min, max] would mostly fall between them.
     _threshold_sampling = "data"
 
+    # What each hyper-parameter accepts; `_check_settings` adds the rules that relate several of them.
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **GROWTH, "organs": Anything(), "spacing_mm": Real(0.5, 20.0), "max_offset_mm": Real(0.0, low_open=True),
+        "box_size_mm": Anything(), "difference": Boolean(), "points_per_scan": Integer(1),
+        "crops_per_scan": Integer(0), "vote_points": Integer(1), "vote_fraction": Real(0.0, 1.0, low_open=True),
+        "max_spread_mm": Real(0.0, low_open=True), "edge_prior_share": Real(0.0, 1.0),
+        "presence_fraction": Real(0.0, 1.0, low_open=True), "min_visible": Real(0.0, 1.0),
+        "refine_spacing_mm": Real(0.0, 20.0), "refine_trees": Anything(), "refine_depth": Integer(0, allow_none=True),
+        "refine_min_samples_leaf": Anything(), "refine_margin_mm": Anything(), "refine_reach_mm": Anything(),
+        "refine_jitter_mm": Anything(), "refine_points": Anything(), "refine_votes": Integer(1),
+        "refine_fraction": Real(0.0, 1.0, low_open=True), "refine_passes": Integer(1),
+        "slice_elongation": Real(0.0, allow_none=True), "slice_trees": Integer(1), "slice_min_samples_leaf": Integer(1),
+        "slice_margin_mm": Real(0.0), "slice_reach_mm": Real(0.0), "slice_points": Integer(1),
+        "slice_fraction": Real(0.0, 1.0, low_open=True), "slice_window": Integer(1)}
+
     def __init__(self, organs: list[str] | tuple[str, ...] = (), spacing_mm: float = 4.0, n_trees: int = 12,
                  max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
@@ -227,6 +244,7 @@ class OrganLocalizer(PlainTrees):
                            difference=bool(self.difference), fill=AIR_HU)
 
     def _check_settings(self) -> None:
+        check_params(self)
         if not self.organs or len(set(self.organs)) != len(self.organs):
             raise InvalidInputError("organs must be a non-empty list of distinct names")
         if not (isinstance(self.spacing_mm, (int, float)) and 0.5 <= self.spacing_mm <= 20):

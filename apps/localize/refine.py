@@ -12,12 +12,14 @@ to correct a box it has not seen exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import SimpleITK as sitk
 
 from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.params import GROWTH, Anything, Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
@@ -131,6 +133,8 @@ class WallRefiner(PlainTrees):
     """
 
     _task = "organ-wall-refinement"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **GROWTH, "spacing_mm": Real(0.0, low_open=True), "reach_mm": Real(0.0), "box_size_mm": Anything()}
     _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
     n_walls = 6  # displacement targets per voxel (the box's walls)
 

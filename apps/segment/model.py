@@ -8,12 +8,14 @@ applied only to images that give the same features.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from imageforest.apps.segment.features import KINDS, PreparedImage, n_features, prepare
 from imageforest.apps.segment.regularize import graph_cut
 from imageforest.estimators.classification import ClassificationForest
+from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 
 
@@ -64,6 +66,8 @@ class SegmentationForest(ClassificationForest):
     """
 
     _task = "interactive-segmentation"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest._parameter_constraints,
+                                                         "smoothness": Real(0.0)}
     _default_candidates = "sqrt"
     weak_learner = "axis"
     n_thresholds = 16
@@ -76,8 +80,9 @@ class SegmentationForest(ClassificationForest):
     structure = "tree"
     two_sided = False
 
-    def __init__(self, n_trees: int = 20, max_depth: int | None = 12, n_candidates="sqrt", min_samples_leaf: int = 3,
-                 class_weight=None, smoothness: float = 50.0, random_state=0, n_jobs: int | None = None) -> None:
+    def __init__(self, n_trees: int = 20, *, max_depth: int | None = 12, n_candidates="sqrt",
+                 min_samples_leaf: int = 3, class_weight=None, smoothness: float = 50.0, random_state=0,
+                 n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.class_weight = class_weight
         self.max_depth = max_depth
@@ -90,8 +95,6 @@ class SegmentationForest(ClassificationForest):
     def fit_pixels(self, prepared: PreparedImage, index: np.ndarray, labels: np.ndarray,
                    sample_weight: np.ndarray | None = None) -> SegmentationForest:
         """Grow on the pixels `index` (flat, into `prepared.features`) with scribble numbers `labels`."""
-        if not (isinstance(self.smoothness, (int, float)) and np.isfinite(self.smoothness) and self.smoothness >= 0):
-            raise InvalidInputError(f"smoothness must be a number >= 0, got {self.smoothness!r}")
         self.fit(prepared.features[index], labels, sample_weight=sample_weight)
         self.image_kind_ = prepared.kind
         self.n_channels_ = prepared.n_channels

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from imageforest import __version__
+from imageforest.estimators.params import GROWTH, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError, NotFittedError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.objectives import Objective
@@ -43,6 +44,7 @@ class BaseForest:
     """Shared machinery; subclasses define ``__init__`` (hyper-parameters), `fit` and the leaf models."""
 
     _task: ClassVar[str] = ""
+    _parameter_constraints: ClassVar[dict[str, Rule]] = GROWTH
     _default_candidates: ClassVar[Any] = "sqrt"
     _threshold_sampling: ClassVar[str] = "range"  # how the K candidate thresholds are drawn (see GrowthSettings)
 
@@ -71,26 +73,12 @@ class BaseForest:
         return f"{type(self).__name__}({', '.join(shown)})"
 
     def _settings(self, n_features: int) -> GrowthSettings:
-        """Validate hyper-parameters and turn them into trainer settings."""
-        def positive_int(name: str, value: Any, minimum: int = 1) -> int:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-                raise InvalidInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-            return int(value)
-
-        positive_int("n_trees", self.n_trees)
-        if self.max_depth is not None:
-            positive_int("max_depth", self.max_depth, 0)
+        """Validate hyper-parameters (`check_params` against the class's declared rules) and turn them into
+        trainer settings."""
+        check_params(self)
         rho = self._resolve_candidates(n_features)
-        if self.n_thresholds is not None:
-            positive_int("n_thresholds", self.n_thresholds)
-        positive_int("min_samples_split", self.min_samples_split, 2)
-        positive_int("min_samples_leaf", self.min_samples_leaf)
-        if self.structure not in ("tree", "fern"):
-            raise InvalidInputError(f"structure must be 'tree' or 'fern', got {self.structure!r}")
         if self.n_thresholds is None and (self.structure == "fern" or self.two_sided):
             raise InvalidInputError("ferns and two-sided tests need n_thresholds (K random thresholds), not None")
-        if not (isinstance(self.min_gain, (int, float)) and self.min_gain >= 0):
-            raise InvalidInputError(f"min_gain must be a number >= 0, got {self.min_gain!r}")
         return GrowthSettings(
             n_trees=int(self.n_trees), max_depth=self.max_depth, n_candidates=rho,
             n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),

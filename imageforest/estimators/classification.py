@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.params import GROWTH, ClassWeight, Options, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import class_histograms, product_posterior, tree_average
 from imageforest.forest.objectives import Objective
@@ -61,8 +64,11 @@ class ClassificationForest(BaseForest):
     """
 
     _task = "classification"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
+        "posterior": Options(choices=("average", "product"))}
 
-    def __init__(self, n_trees: int = 100, max_depth: int | None = None, weak_learner: str = "axis",
+    def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates="sqrt", n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
@@ -96,10 +102,7 @@ class ClassificationForest(BaseForest):
     def _label_objective(self, y, n_points: int, sw: np.ndarray) -> tuple[Objective, np.ndarray]:
         """Validate labels and settings; returns the objective and class-re-weighted sample weights."""
         classes, encoded = check_labels(y, n_points)
-        if self.criterion not in ("entropy", "gini"):
-            raise InvalidInputError(f"criterion must be 'entropy' or 'gini', got {self.criterion!r}")
-        if self.posterior not in ("average", "product"):
-            raise InvalidInputError(f"posterior must be 'average' or 'product', got {self.posterior!r}")
+        check_params(self)
         sw = sw * self._class_weights(classes, encoded, sw)[encoded]
         self.classes_ = classes
         return Objective.classification(encoded, classes.size, self.criterion), sw

@@ -101,7 +101,7 @@ class DensityForest(UnsupervisedForestBase):
 
     _task = "density"
 
-    def __init__(self, n_trees: int = 100, max_depth: int | None = 4, weak_learner: str = "axis",
+    def __init__(self, n_trees: int = 100, *, max_depth: int | None = 4, weak_learner: str = "axis",
                  n_candidates="all", n_thresholds: int | None = 16, bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 10, min_samples_leaf: int = 5, min_gain: float = 0.0,
                  random_state=None, n_jobs: int | None = None) -> None:

@@ -20,6 +20,7 @@ scaling has no such choice to make.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,6 +30,7 @@ from scipy.sparse.linalg import eigsh
 from scipy.spatial import cKDTree
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
+from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.kernels import njit
@@ -238,8 +240,12 @@ class ManifoldForest(UnsupervisedForestBase):
     """
 
     _task = "manifold"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **GROWTH, "n_components": Integer(1), "affinity": Options(choices=AFFINITIES),
+        "epsilon": Real(0.0, low_open=True, allow_none=True), "n_eigenvalues": Integer(1),
+        "embedding": Options(choices=EMBEDDINGS), "n_neighbours": Integer(1), "n_landmarks": Integer(1)}
 
-    def __init__(self, n_components: int = 2, affinity: str = "binary", epsilon: float | None = None,
+    def __init__(self, n_components: int = 2, *, affinity: str = "binary", epsilon: float | None = None,
                  n_eigenvalues: int = 10, embedding: str = "laplacian", n_neighbours: int = 8,
                  n_landmarks: int = 300, n_trees: int = 50, max_depth: int | None = None,
                  weak_learner: str = "axis", n_candidates="all", n_thresholds: int | None = 16,
@@ -269,16 +275,9 @@ class ManifoldForest(UnsupervisedForestBase):
     def fit(self, X, y=None, sample_weight=None) -> ManifoldForest:
         """Grow the forest on X (n_samples, n_features), build W and embed the training points."""
         X, sw = self._prepare_fit(X, sample_weight)
-        if self.affinity not in AFFINITIES:
-            raise InvalidInputError(f"affinity must be one of {AFFINITIES}, got {self.affinity!r}")
-        if not isinstance(self.n_components, (int, np.integer)) or not 1 <= self.n_components < X.shape[0] - 1:
+        check_params(self)
+        if not self.n_components < X.shape[0] - 1:
             raise InvalidInputError(f"n_components must be an integer in [1, n_samples - 2], got {self.n_components}")
-        if self.embedding not in EMBEDDINGS:
-            raise InvalidInputError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
-        for name in ("n_neighbours", "n_landmarks"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
         X64 = X.astype(np.float64)
         objective = Objective.regression(X64, "gaussian")
         grown = self._grow(X, objective, sw)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.mixture import ForestGaussianMixture
+from imageforest.estimators.params import GROWTH, Options, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import (
     gaussian_leaves,
@@ -46,8 +49,11 @@ class RegressionForest(BaseForest):
     """
 
     _task = "regression"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
+        "leaf_model": Options(choices=LEAF_MODELS)}
 
-    def __init__(self, n_trees: int = 100, max_depth: int | None = None, weak_learner: str = "axis",
+    def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates=1.0, n_thresholds: int | None = 16, criterion: str = "gaussian",
                  leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
@@ -74,10 +80,7 @@ class RegressionForest(BaseForest):
         """Grow the forest on X (n_samples, n_features) with targets y (n_samples,) or (n_samples, n_outputs)."""
         X, sw = self._prepare_fit(X, sample_weight)
         Y = check_targets(y, X.shape[0])
-        if self.criterion not in ("gaussian", "squared_error"):
-            raise InvalidInputError(f"criterion must be 'gaussian' or 'squared_error', got {self.criterion!r}")
-        if self.leaf_model not in LEAF_MODELS:
-            raise InvalidInputError(f"leaf_model must be one of {LEAF_MODELS}, got {self.leaf_model!r}")
+        check_params(self)
         objective = Objective.regression(Y, self.criterion)
         grown = self._grow(X, objective, sw)
         var = Y.var(axis=0)

@@ -17,12 +17,15 @@ unseen points. Active learning (sec. 7.5): `suggest_queries` picks high-entropy 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import scipy.sparse as sp
 from numba import prange
 from scipy.sparse.csgraph import dijkstra
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
+from imageforest.estimators.params import GROWTH, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import tree_average
 from imageforest.forest.objectives import Objective
@@ -88,8 +91,10 @@ class SemiSupervisedForest(UnsupervisedForestBase):
     """
 
     _task = "semi-supervised"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {**GROWTH, "alpha": Real(0.0), "n_neighbours": Integer(1),
+                                                         "bandwidth": Real(0.0)}
 
-    def __init__(self, alpha: float = 1.0, n_neighbours: int = 3, bandwidth: float = 5.0, n_trees: int = 100,
+    def __init__(self, alpha: float = 1.0, *, n_neighbours: int = 3, bandwidth: float = 5.0, n_trees: int = 100,
                  max_depth: int | None = None, weak_learner: str = "oblique", n_candidates="all",
                  n_thresholds: int | None = 16, bootstrap: bool = False, max_samples=None, min_samples_split: int = 4,
                  min_samples_leaf: int = 1, random_state=None, n_jobs: int | None = None) -> None:
@@ -120,12 +125,7 @@ class SemiSupervisedForest(UnsupervisedForestBase):
         classes, enc = np.unique(y[labelled], return_inverse=True)
         if classes.size < 2:
             raise InvalidInputError("at least two labelled classes are needed (y = -1 marks unlabelled points)")
-        if not (isinstance(self.alpha, (int, float)) and self.alpha >= 0):
-            raise InvalidInputError(f"alpha must be a number >= 0, got {self.alpha!r}")
-        if not isinstance(self.n_neighbours, (int, np.integer)) or self.n_neighbours < 1:
-            raise InvalidInputError(f"n_neighbours must be a positive integer, got {self.n_neighbours!r}")
-        if not (isinstance(self.bandwidth, (int, float)) and 0 <= self.bandwidth < np.inf):
-            raise InvalidInputError(f"bandwidth must be a finite number >= 0, got {self.bandwidth!r}")
+        check_params(self)
         labels = np.full(X.shape[0], -1, dtype=np.int32)
         labels[labelled] = enc
         X64 = X.astype(np.float64)

@@ -6,10 +6,13 @@ differs, and features are computed lazily from the images inside training and pr
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from imageforest.estimators.base import numba_threads
 from imageforest.estimators.classification import ClassificationForest
+from imageforest.estimators.params import Anything, Rule
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
 from imageforest.imaging.features import BoxFeatures, check_points
@@ -46,8 +49,10 @@ class ImageClassificationForest(ClassificationForest):
     """
 
     _task = "image-classification"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest._parameter_constraints,
+                                                         "features": Anything()}
 
-    def __init__(self, features: FeatureFamily | None = None, n_trees: int = 20, max_depth: int | None = 20,
+    def __init__(self, features: FeatureFamily | None = None, *, n_trees: int = 20, max_depth: int | None = 20,
                  n_candidates=100, n_thresholds: int | None = 16, criterion: str = "entropy", class_weight=None,
                  posterior: str = "average", bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, min_gain: float = 0.0, structure: str = "tree",
