@@ -184,7 +184,7 @@ class OrganLocalizer(PlainTrees):
         "slice_margin_mm": Real(0.0), "slice_reach_mm": Real(0.0), "slice_points": Integer(1),
         "slice_fraction": Real(0.0, 1.0, low_open=True), "slice_window": Integer(1)}
 
-    def __init__(self, organs: list[str] | tuple[str, ...] = (), spacing_mm: float = 4.0, n_trees: int = 12,
+    def __init__(self, organs: list[str] | tuple[str, ...] = (), *, spacing_mm: float = 4.0, n_trees: int = 12,
                  max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
                  min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,

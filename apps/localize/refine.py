@@ -138,7 +138,7 @@ class WallRefiner(PlainTrees):
     _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
     n_walls = 6  # displacement targets per voxel (the box's walls)
 
-    def __init__(self, spacing_mm: float = 2.0, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
+    def __init__(self, spacing_mm: float = 2.0, *, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
                  n_thresholds: int | None = 12, min_samples_leaf: int = 50, reach_mm: float = 30.0,
                  box_size_mm=(2.0, 20.0), random_state=None, n_jobs: int | None = None) -> None:
         self.spacing_mm = spacing_mm

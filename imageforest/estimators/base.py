@@ -67,6 +67,23 @@ class BaseForest:
             setattr(self, key, value)
         return self
 
+    _estimator_kind: ClassVar[str | None] = None  # scikit-learn's estimator type: "classifier", "regressor", ...
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags (asked for by its model selection tools, which are then installed): the estimator
+        type and whether fit needs y."""
+        from sklearn.base import BaseEstimator
+        from sklearn.utils import ClassifierTags, RegressorTags
+
+        tags = BaseEstimator.__sklearn_tags__(self)
+        tags.estimator_type = self._estimator_kind
+        tags.target_tags.required = self._estimator_kind in ("classifier", "regressor")
+        if self._estimator_kind == "classifier":
+            tags.classifier_tags = ClassifierTags()
+        elif self._estimator_kind == "regressor":
+            tags.regressor_tags = RegressorTags()
+        return tags
+
     def __repr__(self) -> str:
         defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
         shown = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]

@@ -64,6 +64,7 @@ class ClassificationForest(BaseForest):
     """
 
     _task = "classification"
+    _estimator_kind = "classifier"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "posterior": Options(choices=("average", "product"))}

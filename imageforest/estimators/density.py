@@ -100,6 +100,7 @@ class DensityForest(UnsupervisedForestBase):
     """
 
     _task = "density"
+    _estimator_kind = "density_estimator"
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = 4, weak_learner: str = "axis",
                  n_candidates="all", n_thresholds: int | None = 16, bootstrap: bool = False, max_samples=None,

@@ -49,6 +49,7 @@ class RegressionForest(BaseForest):
     """
 
     _task = "regression"
+    _estimator_kind = "regressor"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
         "leaf_model": Options(choices=LEAF_MODELS)}

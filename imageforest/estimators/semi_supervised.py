@@ -91,6 +91,7 @@ class SemiSupervisedForest(UnsupervisedForestBase):
     """
 
     _task = "semi-supervised"
+    _estimator_kind = "classifier"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {**GROWTH, "alpha": Real(0.0), "n_neighbours": Integer(1),
                                                          "bandwidth": Real(0.0)}
 
