@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 
 test: install
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The main job: localize the organs of a generated head-and-neck phantom with the shipped default model.
 demo: install

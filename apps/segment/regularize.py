@@ -74,7 +74,8 @@ def energy(labels: np.ndarray, unary: np.ndarray, edges: list[tuple[int, np.ndar
 
 
 def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smoothness: float,
-              fixed: np.ndarray | None = None, sweeps: int = 2) -> np.ndarray:
+              fixed: np.ndarray | None = None, sweeps: int = 2,
+              edges: list[tuple[int, np.ndarray]] | None = None) -> np.ndarray:
     """Regularised labels (z, y, x) int32, indices into the posterior's last axis.
 
     Parameters
@@ -84,6 +85,7 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     smoothness : weight of a label change between two voxels of equal intensity (0: argmax of the posterior)
     fixed : (z, y, x) int, a class index where the label is given, -1 elsewhere
     sweeps : alpha-expansion cycles over the labels at most (K > 2)
+    edges : `contrast_weights(guide, spacing, smoothness)`, when the caller keeps them for the next cut
     """
     import maxflow  # PyMaxflow: imported here so that reading a model never pays for it
 
@@ -101,10 +103,26 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     box = _uncertain_box(posterior, fixed)
     if box is None:
         return labels
+    if edges is None:
+        edges = contrast_weights(guide, spacing, smoothness)
     if any(b.stop - b.start < n for b, n in zip(box, labels.shape, strict=True)):
-        labels[box] = _cut(unary[box], guide[box], spacing, smoothness, labels[box], sweeps, maxflow)
+        labels[box] = _cut(unary[box], _crop_edges(edges, box), labels[box], sweeps, maxflow)
         return labels
-    return _cut(unary, guide, spacing, smoothness, labels, sweeps, maxflow)
+    return _cut(unary, edges, labels, sweeps, maxflow)
+
+
+def _crop_edges(edges: list[tuple[int, np.ndarray]], box: tuple[slice, ...]) -> list[tuple[int, np.ndarray]]:
+    """The edges inside `box`: weights of edges leaving it (its last slice along each axis) set to 0."""
+    out = []
+    for axis, w in edges:
+        if box[axis].stop - box[axis].start < 2:
+            continue
+        cropped = w[box].copy()
+        last = [slice(None)] * 3
+        last[axis] = slice(-1, None)
+        cropped[tuple(last)] = 0.0
+        out.append((axis, cropped))
+    return out
 
 
 def _uncertain_box(posterior: np.ndarray, fixed: np.ndarray | None) -> tuple[slice, ...] | None:
@@ -124,11 +142,10 @@ def _uncertain_box(posterior: np.ndarray, fixed: np.ndarray | None) -> tuple[sli
     return tuple(box)
 
 
-def _cut(unary: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smoothness: float, labels: np.ndarray,
-         sweeps: int, maxflow) -> np.ndarray:
+def _cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]], labels: np.ndarray, sweeps: int,
+         maxflow) -> np.ndarray:
     """The graph cut over a whole grid, from the argmax `labels`."""
     K = unary.shape[-1]
-    edges = contrast_weights(guide, spacing, smoothness)
     if not edges:
         return labels
     if K == 2:

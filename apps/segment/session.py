@@ -29,7 +29,7 @@ import numpy as np
 
 from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import Segmentation, SegmentationForest, entropy, label_dtype
-from imageforest.apps.segment.regularize import graph_cut
+from imageforest.apps.segment.regularize import contrast_weights, graph_cut
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import run_ranges
 from imageforest.imaging.geodesic import geodesic_distances
@@ -86,6 +86,8 @@ class SegmentationSession:
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
         self.result: Segmentation | None = None
         self._forest: SegmentationForest | None = None
+        # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
+        self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -154,8 +156,11 @@ class SegmentationSession:
         fixed = np.full(flat.size, -1, dtype=np.int64)
         fixed[index] = np.searchsorted(classes, flat[index])
         grid = self.prepared.guide.shape[:3]
+        if self.smoothness > 0 and (self._edges is None or self._edges[0] != self.smoothness):
+            self._edges = (self.smoothness, contrast_weights(self.prepared.guide, self.prepared.spacing,
+                                                             self.smoothness))
         idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
-                        self.smoothness, fixed.reshape(grid))
+                        self.smoothness, fixed.reshape(grid), edges=self._edges[1] if self._edges else None)
         timing["graph_cut"] = time.perf_counter() - t2
         self._forest = forest
         shape = self.shape

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import napari
 import numpy as np
-from napari_imageforest._widget import SegmentationWidget
+from napari_imageforest._widget import SegmentationWidget, _camera
 from qtpy.QtWidgets import QApplication
 
 
@@ -48,8 +48,9 @@ def shot(image: np.ndarray, scribbles: np.ndarray, path: Path, rgb: bool, scale=
     viewer.reset_view()
     if slice_z is not None:  # a volume: close in on the organs
         zyx = np.argwhere((scribbles > 0) & (scribbles < scribbles.max())).mean(axis=0)
-        viewer.camera.center = tuple(zyx[-2:] * np.asarray(scale[-2:]))
-        viewer.camera.zoom *= 2.2
+        camera = _camera(viewer)
+        camera.center = tuple(zyx[-2:] * np.asarray(scale[-2:]))
+        camera.zoom *= 2.2
     for _ in range(20):
         QApplication.processEvents()
     viewer.screenshot(str(path), canvas_only=False)

@@ -53,6 +53,12 @@ def _spatial(layer: ImageLayer) -> tuple[np.ndarray, bool, np.ndarray]:
     return data, rgb, np.asarray(layer.scale[-n_spatial:], dtype=np.float64)
 
 
+def _camera(viewer):
+    """The viewer's camera (napari 0.9 moved it to viewer.scene)."""
+    scene = getattr(viewer, "scene", None)
+    return scene.camera if scene is not None else viewer.camera
+
+
 def _session_for(layer: ImageLayer) -> SegmentationSession:
     data, rgb, scale = _spatial(layer)
     if not rgb and data.ndim == 3:
@@ -288,7 +294,7 @@ class SegmentationWidget(QWidget):
         world = point * np.asarray(self.scribbles.scale) + np.asarray(self.scribbles.translate)
         if world.size == 3:
             self.viewer.dims.set_point(self.viewer.dims.ndim - 3, world[0])
-        self.viewer.camera.center = tuple(world[-2:])
+        _camera(self.viewer).center = tuple(world[-2:])
         return point
 
     # -- models -----------------------------------------------------------------------------------------

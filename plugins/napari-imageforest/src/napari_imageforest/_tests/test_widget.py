@@ -72,7 +72,7 @@ def test_painting_segments_the_picture(started, qtbot):
     points = viewer.layers["suggestions"].data
     assert 1 <= len(points) <= 5
     first = widget.next_suggestion()
-    assert np.allclose(viewer.camera.center[-2:], first)
+    assert np.allclose(_widget._camera(viewer).center[-2:], first)
     assert np.array_equal(viewer.layers["scribbles"].data[scribbles.data > 0],
                           scribbles.data[scribbles.data > 0])  # strokes kept
 
@@ -93,6 +93,24 @@ def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
     other_disc = disc_picture(seed=4)[1]
     fg = viewer.layers["other segmentation"].data == 1
     assert np.sum(fg & other_disc) / np.sum(fg | other_disc) > 0.85
+
+
+def test_a_model_of_pictures_segments_every_frame_of_a_stack(started, qtbot):
+    viewer, widget, _ = started
+    scribbles = viewer.layers["scribbles"]
+    scribbles.brush_size = 3
+    paint_line(scribbles, 1, [(30, 36), (30, 40)])
+    paint_line(scribbles, 2, [(5, 10), (5, 20), (55, 70)])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    frames = [disc_picture(seed=s) for s in (7, 8, 9)]
+    viewer.add_image(np.stack([f[0] for f in frames]), name="stack", rgb=True)
+    widget.apply_to(viewer.layers["stack"])
+    qtbot.waitUntil(lambda: "stack segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    labels = viewer.layers["stack segmentation"].data
+    assert labels.shape == (3, 60, 80)
+    for k, (_, disc) in enumerate(frames):
+        fg = labels[k] == 1
+        assert np.sum(fg & disc) / np.sum(fg | disc) > 0.85
 
 
 def test_a_single_class_is_reported_and_the_scribbles_stay(started, qtbot, monkeypatch):
