@@ -124,6 +124,17 @@ class SegmentationForest(ClassificationForest):
         return Segmentation(self.classes_[idx].reshape(shape).astype(label_dtype(self.classes_)),
                             p.reshape(*shape, -1), entropy(p).reshape(shape), self.classes_.copy())
 
+    def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:
+        """Labels of every frame of a stack of pictures (or slice of a volume) segmented one by one with a model
+        of pictures: frames (n, y, x) grey or (n, y, x, 3|4) colour; returns (n, y, x)."""
+        self._check_fitted()
+        if self.image_kind_ == "volume":
+            raise InvalidInputError("this model segments volumes; give it the whole volume, not its slices")
+        stack = np.asarray(frames)
+        if stack.ndim not in (3, 4):
+            raise InvalidInputError(f"a stack of pictures has 3 or 4 axes, got shape {stack.shape}")
+        return np.stack([self.segment(frame, rgb=rgb if frame.ndim == 3 else None).labels for frame in stack])
+
     # -- model files --------------------------------------------------------------------------------------
     def _extra_metadata(self) -> dict:
         return {**super()._extra_metadata(), "image_kind": self.image_kind_, "n_channels": int(self.n_channels_)}

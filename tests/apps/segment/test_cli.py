@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import SimpleITK as sitk
 from click.testing import CliRunner
 from PIL import Image as PILImage
 
@@ -28,6 +29,11 @@ def files(tmp_path_factory):
     pal.putpalette([0, 0, 0, 255, 0, 0, 0, 0, 255] + [0] * 759)
     pal.save(root / "scribbles.png")
     PILImage.fromarray(disc_picture(seed=3)[0]).save(root / "other.png")
+    four_d = sitk.GetImageFromArray(np.zeros((2, 3, 4, 5), np.float32), isVector=False)
+    sitk.WriteImage(four_d, str(root / "four_d.nii.gz"))
+    nan = np.zeros((4, 8, 8), np.float32)
+    nan[1, 2, 3] = np.nan
+    sitk.WriteImage(sitk.GetImageFromArray(nan), str(root / "nan.mha"))
     return root, disc
 
 
@@ -68,6 +74,8 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
      "does not exist"),
     (lambda r: ["segment", r / "pic.png", "--scribbles", r / "scribbles.png", "-o", r / "x.jpg"], "mask as"),
     (lambda r: ["segment", r / "missing.png", "--scribbles", r / "scribbles.png", "-o", r / "x.png"], ""),
+    (lambda r: ["segment", r / "four_d.nii.gz", "--scribbles", r / "scribbles.png", "-o", r / "x.nii.gz"], "4-D"),
+    (lambda r: ["segment", r / "nan.mha", "--scribbles", r / "scribbles.png", "-o", r / "x.nii.gz"], "NaN"),
     (lambda r: ["segment", r / "pic.png", "--model", r / "scribbles.png", "-o", r / "x.png"], ""),
 ])
 def test_bad_input_is_one_line_and_exit_1(files, make_args, message):

@@ -108,6 +108,18 @@ def test_model_round_trip_and_other_images(picture, tmp_path: Path):
         loaded.segment(other.mean(axis=2))  # grey: another channel count
 
 
+def test_a_picture_model_segments_every_frame_of_a_stack(picture):
+    img, _ = picture
+    session = SegmentationSession(img)
+    session.set_scribbles(strokes())
+    session.update()
+    frames = [disc_picture(seed=s) for s in (11, 12)]
+    labels = session.model().segment_frames(np.stack([f[0] for f in frames]))
+    assert labels.shape == (2, 60, 80)
+    for k, (_, disc) in enumerate(frames):
+        assert iou(labels[k] == 1, disc) > 0.85
+
+
 def test_same_bytes_whatever_the_thread_count(picture, tmp_path: Path):
     img, _ = picture
     files = []

@@ -352,7 +352,7 @@ class SegmentationWidget(QWidget):
                 return seg.labels
             frames = []
             for k in range(data.shape[0]):
-                frames.append(model.segment(data[k], rgb=rgb if data[k].ndim == 3 else None).labels)
+                frames.append(model.segment_frames(data[k:k + 1], rgb=rgb)[0])
                 yield k + 1
             return np.stack(frames)
 
