@@ -83,7 +83,11 @@ class RegressionForest(BaseForest):
         Y = check_targets(y, X.shape[0])
         check_params(self)
         objective = Objective.regression(Y, self.criterion)
-        grown = self._grow(X, objective, sw)
+        self._fit_leaves(self._grow(X, objective, sw), Y, X, np.ndim(y) == 1)
+        return self
+
+    def _fit_leaves(self, grown, Y: np.ndarray, X: np.ndarray | None, y_1d: bool) -> None:
+        """Leaf models from each leaf's training points: Gaussians of Y, or (with X) probabilistic-linear fits."""
         var = Y.var(axis=0)
         floor = VAR_FLOOR * np.where(var > 0, var, 1.0)
         with numba_threads(self.n_jobs):
@@ -95,8 +99,7 @@ class RegressionForest(BaseForest):
                 self.leaf_mean_, self.leaf_cov_ = gaussian_leaves(grown.order, grown.wts, Y, grown.leaf_start,
                                                                   grown.leaf_end, floor)
         self.n_outputs_ = Y.shape[1]
-        self._y_1d = np.ndim(y) == 1
-        return self
+        self._y_1d = y_1d
 
     def _components(self, X: np.ndarray, with_cov: bool) -> tuple[np.ndarray, np.ndarray]:
         leaves = self._apply_checked(X)

@@ -17,6 +17,7 @@ _LAZY = {
     "FILTERS": "imageforest.imaging.filters",
     "FilterBank": "imageforest.imaging.filters",
     "ImageClassificationForest": "imageforest.imaging.forests",
+    "ImageRegressionForest": "imageforest.imaging.forests",
     "all_points": "imageforest.imaging.forests",
     "integral_image": "imageforest.imaging.integral",
     "Image": "imageforest.imaging.io",

@@ -12,12 +12,15 @@ import numpy as np
 
 from imageforest.estimators.base import numba_threads
 from imageforest.estimators.classification import ClassificationForest
-from imageforest.estimators.params import Anything, Rule
+from imageforest.estimators.mixture import ForestGaussianMixture
+from imageforest.estimators.params import Anything, Options, Rule, check_params
+from imageforest.estimators.regression import RegressionForest
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
+from imageforest.forest.objectives import Objective
 from imageforest.imaging.features import BoxFeatures, check_points
 from imageforest.imaging.io import Image
-from imageforest.validation import check_sample_weight
+from imageforest.validation import check_sample_weight, check_targets
 
 
 def all_points(image_index: int, shape: tuple[int, ...], mask: np.ndarray | None = None) -> np.ndarray:
@@ -29,6 +32,23 @@ def all_points(image_index: int, shape: tuple[int, ...], mask: np.ndarray | None
         m = np.asarray(mask, dtype=bool).reshape(shape3)
         zz, yy, xx = np.nonzero(m)
     return np.ascontiguousarray(np.c_[np.full(zz.size, image_index), zz, yy, xx], dtype=np.int32)
+
+
+def per_voxel_image(image, mask, width: int, predict, note: str) -> Image:
+    """`predict(image, points)` (n, width) for every pixel or voxel (or those in `mask`; others get 0), as an image
+    with the input's geometry: array (y, x, width) or (z, y, x, width), float32."""
+    img = image if isinstance(image, Image) else Image(np.asarray(image), np.ones(np.ndim(image)),
+                                                      np.zeros(np.ndim(image)), np.eye(np.ndim(image)))
+    shape = img.array.shape[: img.ndim]
+    if mask is not None and np.shape(mask) != shape:
+        raise InvalidInputError(f"mask shape {np.shape(mask)} differs from the image's {shape}")
+    pts = all_points(0, shape, mask)
+    out = np.zeros((int(np.prod(shape)), width), dtype=np.float32)
+    if pts.shape[0]:
+        flat = np.ravel_multi_index(tuple(pts[:, k] for k in (1, 2, 3)), (1, *shape) if len(shape) == 2 else shape)
+        out[flat] = predict(img, pts)
+    return Image(out.reshape(*shape, width), img.spacing.copy(), img.origin.copy(), img.direction.copy(),
+                 source=img.source, notes=[*img.notes, note])
 
 
 class ImageClassificationForest(ClassificationForest):
@@ -121,22 +141,131 @@ class ImageClassificationForest(ClassificationForest):
     def predict_proba_image(self, image, mask=None) -> Image:
         """Posterior of every pixel or voxel (or those in `mask`; others get 0) as an image with the input's
         geometry: array (y, x, n_classes) or (z, y, x, n_classes), float32."""
-        img = image if isinstance(image, Image) else Image(np.asarray(image), np.ones(np.ndim(image)),
-                                                          np.zeros(np.ndim(image)), np.eye(np.ndim(image)))
-        shape = img.array.shape[: img.ndim]
-        if mask is not None and np.shape(mask) != shape:
-            raise InvalidInputError(f"mask shape {np.shape(mask)} differs from the image's {shape}")
-        pts = all_points(0, shape, mask)
-        post = np.zeros((int(np.prod(shape)), self.classes_.size), dtype=np.float32)
-        if pts.shape[0]:
-            flat = np.ravel_multi_index(tuple(pts[:, k] for k in (1, 2, 3)), (1, *shape) if len(shape) == 2
-                                        else shape)
-            post[flat] = self.predict_proba(img, pts)
-        return Image(post.reshape(*shape, self.classes_.size), img.spacing.copy(), img.origin.copy(),
-                     img.direction.copy(), source=img.source, notes=[*img.notes, "class posteriors"])
+        return per_voxel_image(image, mask, self.classes_.size, self.predict_proba, "class posteriors")
 
     def predict_image(self, image, mask=None) -> Image:
         """Most probable class index (into `classes_`) per pixel or voxel, as a uint8/uint16 label image."""
         post = self.predict_proba_image(image, mask)
         labels = np.argmax(post.array, axis=-1).astype(np.uint8 if self.classes_.size < 256 else np.uint16)
         return Image(labels, post.spacing, post.origin, post.direction, source=post.source)
+
+
+class ImageRegressionForest(RegressionForest):
+    """Per-pixel / per-voxel probabilistic regression with lazily evaluated image features (Criminisi et al.
+    2012, ch. 4): leaves hold Gaussians of the targets (offsets to a landmark, a depth, a joint, ...).
+
+    Parameters
+    ----------
+    features : FeatureFamily
+        `BoxFeatures` or `DepthProbes`.
+    leaf_model : {"constant", "gaussian"}
+        Leaf mean, or mean and covariance (probabilistic-linear leaves need feature vectors, which image features
+        are not).
+    other parameters
+        As for `RegressionForest`; `n_candidates` (rho) defaults to 100 feature draws per node.
+
+    Examples
+    --------
+    >>> forest = ImageRegressionForest(BoxFeatures(max_offset_mm=60, box_size_mm=(3, 30)), n_trees=10)
+    >>> forest.fit([ct], points, offsets_mm)            # points (n, 4) = (image, z, y, x); offsets (n, q)
+    >>> forest.predict_distribution([ct], points).std() # the forest's Gaussian mixture p(y | point)
+    """
+
+    _task = "image-regression"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **RegressionForest._parameter_constraints, "features": Anything(),
+        "leaf_model": Options(choices=("constant", "gaussian"))}
+    weak_learner = "axis"  # unused: the feature family decides
+
+    def __init__(self, features: FeatureFamily | None = None, *, n_trees: int = 20, max_depth: int | None = 20,
+                 n_candidates=100, n_thresholds: int | None = 16, criterion: str = "gaussian",
+                 leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
+                 min_samples_leaf: int = 1, min_gain: float = 0.0, structure: str = "tree",
+                 two_sided: bool = False, random_state=None, n_jobs: int | None = None) -> None:
+        self.features = features
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.criterion = criterion
+        self.leaf_model = leaf_model
+        self.bootstrap = bootstrap
+        self.max_samples = max_samples
+        self.min_samples_split = min_samples_split
+        self.min_samples_leaf = min_samples_leaf
+        self.min_gain = min_gain
+        self.structure = structure
+        self.two_sided = two_sided
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _saved_hyper_parameters(self) -> dict:
+        params = super()._saved_hyper_parameters()
+        params.pop("features", None)  # stored as the family spec
+        return params
+
+    @classmethod
+    def _from_hyper_parameters(cls, hyper: dict, meta: dict):
+        return cls(**{k: v for k, v in hyper.items() if k != "features"})
+
+    def _data(self, family: FeatureFamily, images, points) -> tuple[tuple, int]:
+        stack = family.prepare(images)
+        pts = check_points(points, stack)
+        return (stack, pts), pts.shape[0]
+
+    def fit(self, images, points, targets, sample_weight=None) -> ImageRegressionForest:
+        """Grow the forest on points of images with targets (n,) or (n, q).
+
+        Parameters
+        ----------
+        images : Image, array, or a list of them
+        points : (n, 4) int (image, z, y, x) or (n, 3) int (image, y, x) voxel indices
+        targets : (n,) or (n, q) float
+        """
+        family = self.features if self.features is not None else BoxFeatures()
+        data, n = self._data(family, images, points)
+        sw = check_sample_weight(sample_weight, n)
+        Y = check_targets(targets, n)
+        check_params(self)
+        objective = Objective.regression(Y, self.criterion)
+        self._fit_leaves(self.grow(family, data, n, objective, sw), Y, None, np.ndim(targets) == 1)
+        return self
+
+    def apply(self, images, points) -> np.ndarray:  # type: ignore[override]
+        """Leaf ids (n_points, n_trees) of the given points."""
+        self._check_fitted()
+        data, _ = self._data(self.family_, images, points)
+        with numba_threads(self.n_jobs):
+            return self.family_.apply(data, self.forest_)
+
+    def predict(self, images, points) -> np.ndarray:  # type: ignore[override]
+        """E[y | point]: (n,) for 1-D training targets, else (n, q)."""
+        leaves = self.apply(images, points)
+        mean = self.leaf_mean_[leaves].mean(axis=1)
+        return mean[:, 0] if self._y_1d else mean
+
+    def predict_distribution(self, images, points) -> ForestGaussianMixture:  # type: ignore[override]
+        """The forest's p(y | point): a mixture of one Gaussian per tree."""
+        if self.leaf_model == "constant":
+            raise InvalidInputError("leaf_model='constant' keeps no variance; fit with 'gaussian' to get p(y|x)")
+        leaves = self.apply(images, points)
+        return ForestGaussianMixture(np.ascontiguousarray(self.leaf_mean_[leaves]),
+                                     np.ascontiguousarray(self.leaf_cov_[leaves]))
+
+    def predict_image(self, image, mask=None) -> Image:
+        """E[y] of every pixel or voxel (or those in `mask`; others 0) with the input's geometry: array
+        (y, x, q) or (z, y, x, q), float32."""
+        self._check_fitted()
+
+        def mean(img, pts):
+            return self.leaf_mean_[self.apply(img, pts)].mean(axis=1)
+
+        return per_voxel_image(image, mask, self.n_outputs_, mean, "regression means")
+
+    def score(self, images, points, targets) -> float:  # type: ignore[override]
+        """Coefficient of determination R^2 (averaged over outputs)."""
+        pred = self.predict(images, points).reshape(len(points), -1)
+        Y = check_targets(targets, pred.shape[0])
+        ss_res = np.sum((Y - pred) ** 2, axis=0)
+        ss_tot = np.sum((Y - Y.mean(axis=0)) ** 2, axis=0)
+        return float(np.mean(np.where(ss_tot > 0, 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0), 0.0)))

@@ -18,7 +18,7 @@ from imageforest import (
     RegressionForest,
     SemiSupervisedForest,
 )
-from imageforest.imaging import BoxFeatures, ImageClassificationForest
+from imageforest.imaging import BoxFeatures, ImageClassificationForest, ImageRegressionForest
 
 sklearn = pytest.importorskip("sklearn")
 from sklearn.base import clone  # noqa: E402
@@ -49,7 +49,7 @@ def fitted(name):
     return cls(**SMALL).fit(*args)
 
 
-ALL_CLASSES = [c[0] for c in CASES.values()] + [ImageClassificationForest]
+ALL_CLASSES = [c[0] for c in CASES.values()] + [ImageClassificationForest, ImageRegressionForest]
 
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
