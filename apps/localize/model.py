@@ -641,8 +641,12 @@ class OrganLocalizer(PlainTrees):
         for key, shape in shapes.items():
             if key not in arrays or arrays[key].shape != shape:
                 raise ModelFormatError(f"leaf array {key} is missing or has the wrong shape")
+            if arrays[key].dtype.kind not in ("f" if key != "leaf.corr" else "i"):
+                raise ModelFormatError(f"leaf array {key} has dtype {arrays[key].dtype}")
             if not np.all(np.isfinite(arrays[key])):
                 raise ModelFormatError(f"leaf array {key} holds NaN or infinite values")
+        if np.any(arrays["leaf.share"] < 0) or np.any(arrays["leaf.share"] > 1) or np.any(arrays["leaf.count"] < 0):
+            raise ModelFormatError("leaf shares must lie in [0, 1] and leaf counts be >= 0")
         # Files written before the body-edge prior existed have no offsets: they load with the prior off.
         offsets = arrays.get("edge.offsets", np.zeros((0, n_org, 6), dtype=np.float32))
         if offsets.ndim != 3 or offsets.shape[1:] != (n_org, 6) or offsets.dtype.kind != "f" or np.isinf(offsets).any():
@@ -687,6 +691,9 @@ class OrganLocalizer(PlainTrees):
         self.slicers_ = [None if h is None else SliceWallRefiner.from_arrays(h, arrays, _slice_prefix(o))
                          for o, h in enumerate(slicers)] or [None] * n_org
         self._derive()
+
+    def _check_loaded_parameters(self) -> None:
+        self._check_settings()
 
     @classmethod
     def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> OrganLocalizer:

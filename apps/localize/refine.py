@@ -19,7 +19,7 @@ import SimpleITK as sitk
 
 from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, Anything, Real, Rule
+from imageforest.estimators.params import GROWTH, Anything, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
@@ -221,6 +221,7 @@ class WallRefiner(PlainTrees):
         hyper = {k: v for k, v in hyper.items() if k in cls._param_names()}
         hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (2.0, 20.0)))
         est = cls(**hyper)
+        check_params(est)
         forest = ForestArrays.from_arrays(arrays, prefix + "forest.")
         family = est._features()
         if not family.validate_params(forest.params):

@@ -273,6 +273,10 @@ class BaseForest:
             params["random_state"] = None
         return _jsonable(params)
 
+    def _check_loaded_parameters(self) -> None:
+        """Hyper-parameters read from a file obey the same rules as a user's (a crafted file gets no further)."""
+        check_params(self)
+
     @classmethod
     def load(cls, path: str | os.PathLike) -> BaseForest:
         """Read a model written by `save`; a damaged, foreign or other-task file raises ModelFormatError."""
@@ -290,6 +294,7 @@ class BaseForest:
             est.forest_ = forest
             est.family_ = family
             est.n_features_in_ = int(meta["n_features_in"])
+            est._check_loaded_parameters()
             est._restore_leaves(meta, arrays)
             with numba_threads(est.n_jobs):
                 family.prepare_apply(forest)

@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,12 @@ from imageforest.exceptions import ModelFormatError
 FORMAT_NAME = "imageforest-model"
 FORMAT_VERSION = 1
 METADATA_KEY = "__metadata__"
+# Limits checked from the members' headers before anything is decompressed: a crafted file cannot make a reader
+# inflate gigabytes (the shipped models are 1-20 MB).
+MAX_MODEL_BYTES = 2 << 30  # all arrays together, decompressed
+MAX_METADATA_BYTES = 16 << 20
+MAX_METADATA_DEPTH = 64
+ARRAY_KINDS = "biufU"  # booleans, integers, floats, fixed-width strings (class names); never objects
 
 
 def _umask() -> int:
@@ -83,18 +90,24 @@ def load_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
+    if not zipfile.is_zipfile(path):
+        raise ModelFormatError(f"{path}: not an imageforest model (not an .npz archive)")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise ModelFormatError(f"{path}: not a readable imageforest model ({exc})") from None
+        arrays = _read_members(path)
+    except ModelFormatError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, KeyError, NotImplementedError) as exc:
+        raise ModelFormatError(f"{path}: not a readable imageforest model ({type(exc).__name__}: {exc})") from None
     raw = arrays.pop(METADATA_KEY, None)
-    if raw is None or raw.dtype != np.uint8:
+    if raw is None or raw.dtype != np.uint8 or raw.ndim != 1:
         raise ModelFormatError(f"{path}: no imageforest metadata (is this a model file of another tool?)")
+    if raw.size > MAX_METADATA_BYTES:
+        raise ModelFormatError(f"{path}: metadata of {raw.size} bytes (at most {MAX_METADATA_BYTES})")
     try:
         meta = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: metadata is damaged ({exc})") from None
+        _check_depth(meta, MAX_METADATA_DEPTH)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise ModelFormatError(f"{path}: metadata is damaged ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ModelFormatError(f"{path}: not an imageforest model")
     version = meta.get("format_version")
@@ -102,3 +115,49 @@ def load_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
         raise ModelFormatError(f"{path}: model format version {version!r} is not supported "
                                f"(this imageforest reads version {FORMAT_VERSION})")
     return meta, arrays
+
+
+def _read_members(path: Path) -> dict[str, np.ndarray]:
+    """Every `.npy` member of the archive, each header (dtype, shape) checked before its data is inflated."""
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        declared = 0
+        for info in infos:  # headers first: refuse before inflating anything
+            if not info.filename.endswith(".npy"):
+                raise ModelFormatError(f"{path}: unexpected member {info.filename!r}")
+            with zf.open(info) as fh:
+                dtype, shape = _header(fh, info.filename)
+            declared += dtype.itemsize * int(np.prod(shape, dtype=np.float64))
+            if declared > MAX_MODEL_BYTES:
+                raise ModelFormatError(f"{path}: arrays declare over {MAX_MODEL_BYTES >> 20} MB; not loading")
+        for info in infos:
+            with zf.open(info) as fh:
+                arrays[info.filename[: -len(".npy")]] = np.lib.format.read_array(fh, allow_pickle=False)
+    return arrays
+
+
+def _header(fh, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        raise ValueError(f"array {name}: .npy format version {version} is not read here")
+    if dtype.kind not in ARRAY_KINDS or dtype.hasobject:
+        raise ModelFormatError(f"array {name} has dtype {dtype}; models hold plain numbers and names only")
+    return dtype, shape
+
+
+def _check_depth(value, limit: int) -> None:
+    """Refuse metadata nested deeper than `limit` (a crafted document could exhaust the stack later)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise ValueError(f"metadata nested over {limit} levels deep")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)

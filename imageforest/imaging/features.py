@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import prange
 
-from imageforest.exceptions import InvalidInputError
+from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.storage import ForestArrays
 from imageforest.forest.threads import run_ranges
@@ -330,6 +330,14 @@ class BoxFeatures(FeatureFamily):
 
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
+        # The kernels index channels unchecked: every channel a node reads must exist in the images actually
+        # passed, whatever the model file declares (a crafted file could otherwise read outside the table).
+        used = forest.__dict__.get("_max_box_channel")
+        if used is None:
+            ch = forest.params[:, [0, 7]] if forest.params.shape[0] else np.zeros((1, 2))
+            used = forest.__dict__["_max_box_channel"] = int(ch.max())
+        if used >= stack.n_channels:
+            raise ModelFormatError(f"the model reads image channel {used}, the images have {stack.n_channels}")
         table, roots = forest.packed()
         if stack.n_images == 1:
             key = tuple(stack.spacing[0])

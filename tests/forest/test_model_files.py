@@ -1,5 +1,6 @@
 """Model files: .npz + JSON metadata, no pickle, validated on load; determinism of the bytes."""
 
+import io
 import json
 import zipfile
 
@@ -171,3 +172,74 @@ def test_preorder_layout_matches_a_recursive_walk(data):
     pos = arrays._preorder_positions()
     assert np.array_equal(np.argsort(pos), order)
     assert np.array_equal(arrays.leaves_depth_first(), [j for j in order if arrays.child[j] < 0])
+
+
+def _meta(arrays):
+    return json.loads(arrays["__metadata__"].tobytes().decode())
+
+
+def _set_meta(arrays, meta):
+    arrays["__metadata__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+
+
+def test_crafted_files_end_in_model_format_errors(tmp_path, data):
+    """What an attacker's file tries: a bare .npy, a member declaring gigabytes (refused from its header, before
+    anything is inflated), metadata nested 100,000 deep, an object array, hyper-parameters of the wrong type."""
+    X, y = data
+    good = tmp_path / "good.npz"
+    ClassificationForest(n_trees=3, random_state=0).fit(X, y).save(good)
+
+    bare = tmp_path / "bare.npz"
+    np.save(tmp_path / "bare.npy", np.arange(4))
+    (tmp_path / "bare.npy").rename(bare)
+    with pytest.raises(ModelFormatError, match=r"not an \.npz"):
+        ClassificationForest.load(bare)
+
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                      "shape": (60000, 60000)})
+        zf.writestr("big.npy", header.getvalue() + b"\0" * 1024)
+    with pytest.raises(ModelFormatError, match="declare over"):
+        ClassificationForest.load(bomb)
+
+    deep = tmp_path / "deep.npz"
+    _rewrite(good, deep, lambda a: a.__setitem__("__metadata__", np.frombuffer(
+        ("[" * 100_000 + "]" * 100_000).encode(), dtype=np.uint8)))
+    with pytest.raises(ModelFormatError, match="metadata"):
+        ClassificationForest.load(deep)
+
+    def wrong_type(arrays):
+        meta = _meta(arrays)
+        meta["hyper_parameters"]["n_trees"] = "many"
+        _set_meta(arrays, meta)
+
+    typed = tmp_path / "typed.npz"
+    _rewrite(good, typed, wrong_type)
+    with pytest.raises(ModelFormatError, match="n_trees must be"):
+        ClassificationForest.load(typed)
+
+
+def test_random_byte_flips_end_in_a_model_or_a_model_format_error(tmp_path, data):
+    """A fuzz of the loader: every damaged file either loads into a working model or is refused in one line."""
+    X, y = data
+    good = tmp_path / "good.npz"
+    ClassificationForest(n_trees=3, max_depth=4, random_state=0).fit(X, y).save(good)
+    raw = bytearray(good.read_bytes())
+    rng = np.random.default_rng(0)
+    outcomes = {"refused": 0, "loaded": 0}
+    for trial in range(150):
+        damaged = bytearray(raw)
+        for at in rng.integers(0, len(raw), int(rng.integers(1, 4))):
+            damaged[at] ^= int(rng.integers(1, 256))
+        path = tmp_path / f"flip{trial}.npz"
+        path.write_bytes(bytes(damaged))
+        try:
+            model = ClassificationForest.load(path)
+        except ModelFormatError:
+            outcomes["refused"] += 1
+            continue
+        model.predict_proba(X[:5])  # whatever loaded must also run
+        outcomes["loaded"] += 1
+    assert outcomes["refused"] > 0

@@ -387,3 +387,43 @@ def test_answers_do_not_depend_on_the_thread_count(small_model, phantoms):
         model.n_jobs = n_jobs
         answers.append([np.r_[o.box_mm, o.box_std_mm, o.probability] for o in model.localize(ct).organs])
     assert np.array_equal(np.array(answers[0]), np.array(answers[1]), equal_nan=True)
+
+
+def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp_path: Path):
+    """A file that declares 8 image channels and sends a node to channel 3 loads (the declaration is
+    consistent), but the localizer gives the forest one channel: the answer is a ModelFormatError, never a read
+    of neighbouring memory. Hyper-parameters out of range in the file are refused at load."""
+    import json
+
+    from imageforest.exceptions import ModelFormatError
+
+    small_model.save(tmp_path / "good.npz")
+    with np.load(tmp_path / "good.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(arrays["__metadata__"].tobytes().decode())
+
+    def write(name: str, meta: dict, arrays: dict) -> Path:
+        out = dict(arrays)
+        out["__metadata__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        np.savez(tmp_path / name, **out)
+        return tmp_path / name
+
+    crafted = json.loads(json.dumps(meta))
+    crafted["family"]["n_channels"] = 8
+    params = arrays["forest.params"].copy()
+    split = np.flatnonzero(arrays["forest.child"] >= 0)[0]
+    params[split, 0] = 3.0
+    model = OrganLocalizer.load(write("channels.npz", crafted, {**arrays, "forest.params": params}))
+    with pytest.raises(ModelFormatError, match="reads image channel 3"):
+        model.localize(phantoms[6][0])
+
+    share = arrays["leaf.share"].copy()
+    share[0, 0] = -5.0  # would report a probability of -4.97
+    with pytest.raises(ModelFormatError, match="leaf shares"):
+        OrganLocalizer.load(write("share.npz", meta, {**arrays, "leaf.share": share}))
+
+    for name, value in (("spacing_mm", -4.0), ("spacing_mm", "4"), ("vote_fraction", 5.0), ("n_trees", 2.5)):
+        bad = json.loads(json.dumps(meta))
+        bad["hyper_parameters"][name] = value
+        with pytest.raises(ModelFormatError, match=name):
+            OrganLocalizer.load(write("bad.npz", bad, arrays))
