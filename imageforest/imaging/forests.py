@@ -51,7 +51,38 @@ def per_voxel_image(image, mask, width: int, predict, note: str) -> Image:
                  source=img.source, notes=[*img.notes, note])
 
 
-class ImageClassificationForest(ClassificationForest):
+class _ImageInputs:
+    """What both image forests share: a feature family as their first parameter (saved as the model's family
+    spec, not as a hyper-parameter) and inputs given as images plus voxel points."""
+
+    features: FeatureFamily | None
+
+    def _saved_hyper_parameters(self) -> dict:
+        params = super()._saved_hyper_parameters()
+        params.pop("features", None)  # stored as the family spec
+        return params
+
+    @classmethod
+    def _from_hyper_parameters(cls, hyper: dict, meta: dict):
+        return cls(**{k: v for k, v in hyper.items() if k != "features"})
+
+    def _family(self) -> FeatureFamily:
+        return self.features if self.features is not None else BoxFeatures()
+
+    def _data(self, family: FeatureFamily, images, points) -> tuple[tuple, int]:
+        stack = family.prepare(images)
+        pts = check_points(points, stack)
+        return (stack, pts), pts.shape[0]
+
+    def apply(self, images, points) -> np.ndarray:  # type: ignore[override]
+        """Leaf ids (n_points, n_trees) of the given points."""
+        self._check_fitted()
+        data, _ = self._data(self.family_, images, points)
+        with numba_threads(self.n_jobs):
+            return self.family_.apply(data, self.forest_)
+
+
+class ImageClassificationForest(_ImageInputs, ClassificationForest):
     """Per-pixel / per-voxel classification with lazily evaluated image features (Criminisi et al. 2012, sec. 3.6).
 
     Parameters
@@ -84,30 +115,6 @@ class ImageClassificationForest(ClassificationForest):
                          structure=structure, two_sided=two_sided, random_state=random_state, n_jobs=n_jobs)
         self.features = features
 
-    def get_params(self, deep: bool = True) -> dict:
-        params = super().get_params(deep)
-        params.pop("weak_learner", None)
-        return params
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p for p in super()._param_names() if p != "weak_learner"]
-
-    def _saved_hyper_parameters(self) -> dict:
-        params = super()._saved_hyper_parameters()
-        params.pop("features", None)  # stored as the family spec
-        return params
-
-    @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict):
-        hyper = {k: v for k, v in hyper.items() if k != "features"}
-        return cls(**hyper)
-
-    def _data(self, family: FeatureFamily, images, points) -> tuple[tuple, int]:
-        stack = family.prepare(images)
-        pts = check_points(points, stack)
-        return (stack, pts), pts.shape[0]
-
     def fit(self, images, points, labels, sample_weight=None) -> ImageClassificationForest:
         """Grow the forest on labelled points of images.
 
@@ -117,19 +124,12 @@ class ImageClassificationForest(ClassificationForest):
         points : (n, 4) int (image, z, y, x) or (n, 3) int (image, y, x) voxel indices
         labels : (n,) class labels
         """
-        family = self.features if self.features is not None else BoxFeatures()
+        family = self._family()
         data, n = self._data(family, images, points)
         sw = check_sample_weight(sample_weight, n)
         objective, sw = self._label_objective(labels, n, sw)
         self._fit_leaves(self.grow(family, data, n, objective, sw), objective)
         return self
-
-    def apply(self, images, points) -> np.ndarray:  # type: ignore[override]
-        """Leaf ids (n_points, n_trees) of the given points."""
-        self._check_fitted()
-        data, _ = self._data(self.family_, images, points)
-        with numba_threads(self.n_jobs):
-            return self.family_.apply(data, self.forest_)
 
     def predict_proba(self, images, points) -> np.ndarray:  # type: ignore[override]
         """Posterior p(c | point), (n_points, n_classes)."""
@@ -150,7 +150,7 @@ class ImageClassificationForest(ClassificationForest):
         return Image(labels, post.spacing, post.origin, post.direction, source=post.source)
 
 
-class ImageRegressionForest(RegressionForest):
+class ImageRegressionForest(_ImageInputs, RegressionForest):
     """Per-pixel / per-voxel probabilistic regression with lazily evaluated image features (Criminisi et al.
     2012, ch. 4): leaves hold Gaussians of the targets (offsets to a landmark, a depth, a joint, ...).
 
@@ -175,43 +175,18 @@ class ImageRegressionForest(RegressionForest):
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **RegressionForest._parameter_constraints, "features": Anything(),
         "leaf_model": Options(choices=("constant", "gaussian"))}
-    weak_learner = "axis"  # unused: the feature family decides
 
     def __init__(self, features: FeatureFamily | None = None, *, n_trees: int = 20, max_depth: int | None = 20,
                  n_candidates=100, n_thresholds: int | None = 16, criterion: str = "gaussian",
                  leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, min_gain: float = 0.0, structure: str = "tree",
                  two_sided: bool = False, random_state=None, n_jobs: int | None = None) -> None:
+        super().__init__(n_trees=n_trees, max_depth=max_depth, weak_learner="axis", n_candidates=n_candidates,
+                         n_thresholds=n_thresholds, criterion=criterion, leaf_model=leaf_model, bootstrap=bootstrap,
+                         max_samples=max_samples, min_samples_split=min_samples_split,
+                         min_samples_leaf=min_samples_leaf, min_gain=min_gain, structure=structure,
+                         two_sided=two_sided, random_state=random_state, n_jobs=n_jobs)
         self.features = features
-        self.n_trees = n_trees
-        self.max_depth = max_depth
-        self.n_candidates = n_candidates
-        self.n_thresholds = n_thresholds
-        self.criterion = criterion
-        self.leaf_model = leaf_model
-        self.bootstrap = bootstrap
-        self.max_samples = max_samples
-        self.min_samples_split = min_samples_split
-        self.min_samples_leaf = min_samples_leaf
-        self.min_gain = min_gain
-        self.structure = structure
-        self.two_sided = two_sided
-        self.random_state = random_state
-        self.n_jobs = n_jobs
-
-    def _saved_hyper_parameters(self) -> dict:
-        params = super()._saved_hyper_parameters()
-        params.pop("features", None)  # stored as the family spec
-        return params
-
-    @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict):
-        return cls(**{k: v for k, v in hyper.items() if k != "features"})
-
-    def _data(self, family: FeatureFamily, images, points) -> tuple[tuple, int]:
-        stack = family.prepare(images)
-        pts = check_points(points, stack)
-        return (stack, pts), pts.shape[0]
 
     def fit(self, images, points, targets, sample_weight=None) -> ImageRegressionForest:
         """Grow the forest on points of images with targets (n,) or (n, q).
@@ -222,7 +197,7 @@ class ImageRegressionForest(RegressionForest):
         points : (n, 4) int (image, z, y, x) or (n, 3) int (image, y, x) voxel indices
         targets : (n,) or (n, q) float
         """
-        family = self.features if self.features is not None else BoxFeatures()
+        family = self._family()
         data, n = self._data(family, images, points)
         sw = check_sample_weight(sample_weight, n)
         Y = check_targets(targets, n)
@@ -230,13 +205,6 @@ class ImageRegressionForest(RegressionForest):
         objective = Objective.regression(Y, self.criterion)
         self._fit_leaves(self.grow(family, data, n, objective, sw), Y, None, np.ndim(targets) == 1)
         return self
-
-    def apply(self, images, points) -> np.ndarray:  # type: ignore[override]
-        """Leaf ids (n_points, n_trees) of the given points."""
-        self._check_fitted()
-        data, _ = self._data(self.family_, images, points)
-        with numba_threads(self.n_jobs):
-            return self.family_.apply(data, self.forest_)
 
     def predict(self, images, points) -> np.ndarray:  # type: ignore[override]
         """E[y | point]: (n,) for 1-D training targets, else (n, q)."""

@@ -57,7 +57,7 @@ def geodesic_distances(intensity: np.ndarray, seed_labels: np.ndarray, n_labels:
 
 def _groups_range(g0: int, g1: int, feat, parts, half, spacing, gamma2, passes) -> None:
     for g in range(g0, g1):
-        _raster_scans_multi(feat, parts[g], half, spacing, gamma2, passes)
+        _raster_scans(feat, parts[g], half, spacing, gamma2, passes)
 
 
 def _checked(intensity, seeds, spacing) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -93,55 +93,18 @@ def geodesic_distance(intensity: np.ndarray, seeds: np.ndarray, spacing=None, ga
 
     Returns
     -------
-    (z, y, x) or (y, x) float64
+    (z, y, x) or (y, x) float64 (computed in float32)
     """
-    feat, mask, sp, planar = _checked(intensity, np.asarray(seeds, dtype=bool), spacing)
-    dist = np.where(mask, 0.0, np.inf)
-    if mask.any():
-        half = _HALF[_HALF[:, 0] == 0] if feat.shape[0] == 1 else _HALF  # one slice: its own 4 neighbours
-        _raster_scans(feat, dist, half, sp, float(gamma) ** 2, int(passes))
-    return dist[0] if planar else dist
+    mask = np.asarray(seeds, dtype=bool)
+    dist = geodesic_distances(intensity, np.where(mask, 0, -1), 1, spacing, gamma, passes)[..., 0]
+    return dist.astype(np.float64)
 
 
 @njit(cache=True, nogil=True)
 def _raster_scans(feat, dist, half, spacing, gamma2, passes):  # pragma: no cover - numba
-    nz, ny, nx, nc = feat.shape
-    n_off = half.shape[0]
-    step2 = np.empty(n_off)
-    for k in range(n_off):
-        step2[k] = ((half[k, 0] * spacing[0]) ** 2 + (half[k, 1] * spacing[1]) ** 2
-                    + (half[k, 2] * spacing[2]) ** 2)
-    for _ in range(passes):
-        for sign in (1, -1):  # forward: neighbours already visited lie at -offset; backward: at +offset
-            z0, z1 = (0, nz) if sign == 1 else (nz - 1, -1)
-            y0, y1 = (0, ny) if sign == 1 else (ny - 1, -1)
-            x0, x1 = (0, nx) if sign == 1 else (nx - 1, -1)
-            for z in range(z0, z1, sign):
-                for y in range(y0, y1, sign):
-                    for x in range(x0, x1, sign):
-                        best = dist[z, y, x]
-                        for k in range(n_off):
-                            zz = z + sign * half[k, 0]
-                            yy = y + sign * half[k, 1]
-                            xx = x + sign * half[k, 2]
-                            if zz < 0 or zz >= nz or yy < 0 or yy >= ny or xx < 0 or xx >= nx:
-                                continue
-                            d_other = dist[zz, yy, xx]
-                            if d_other >= best:
-                                continue
-                            s = 0.0
-                            for c in range(nc):
-                                diff = feat[z, y, x, c] - feat[zz, yy, xx, c]
-                                s += diff * diff
-                            cand = d_other + np.sqrt(step2[k] + gamma2 * s)
-                            if cand < best:
-                                best = cand
-                        dist[z, y, x] = best
-
-
-@njit(cache=True, nogil=True)
-def _raster_scans_multi(feat, dist, half, spacing, gamma2, passes):  # pragma: no cover - numba
-    """`_raster_scans` for K labels at once: dist (z, y, x, K); each step's cost is computed once for all K."""
+    """Forward and backward raster scans, `passes` times, over dist (z, y, x, K): K labels at once, each step's
+    cost computed once for all of them. A voxel takes, per label, the smallest distance a visited neighbour offers
+    plus the step's cost (forward: neighbours at -offset; backward: at +offset)."""
     nz, ny, nx, nc = feat.shape
     n_lab = dist.shape[3]
     n_off = half.shape[0]

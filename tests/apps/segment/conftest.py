@@ -5,26 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from imageforest.apps.segment.synthetic import disc_picture, strokes
 
-def disc_picture(seed: int = 0, shape=(60, 80)) -> tuple[np.ndarray, np.ndarray]:
-    """An RGB picture (uint8) of a reddish disc on a textured greenish background, and the disc's mask."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[: shape[0], : shape[1]]
-    disc = (yy - 30) ** 2 + (xx - 38) ** 2 < 16 ** 2
-    img = np.empty((*shape, 3))
-    img[...] = (60, 140, 70)
-    img[disc] = (190, 60, 50)
-    img += rng.normal(0, 18, img.shape)
-    return np.clip(img, 0, 255).astype(np.uint8), disc
-
-
-def strokes(shape=(60, 80), fg: int = 1, bg: int = 2) -> np.ndarray:
-    """One short stroke inside the disc, two outside."""
-    s = np.zeros(shape, dtype=np.uint8)
-    s[30, 32:44] = fg
-    s[5, 5:30] = bg
-    s[50:57, 70] = bg
-    return s
+__all__ = ["disc_picture", "strokes"]
 
 
 @pytest.fixture(scope="module")

@@ -13,27 +13,24 @@ if not os.environ.get("DISPLAY") and os.environ.get("QT_QPA_PLATFORM") != "offsc
     # Qt would abort the whole run without a display; pytest-xvfb provides one when Xvfb is installed
     pytest.skip("no display: install Xvfb (plugins/napari-imageforest/system-packages.sh)", allow_module_level=True)
 
+from imageforest.apps.segment.synthetic import disc_picture
 from napari_imageforest import _widget
 from napari_imageforest._widget import SegmentationWidget
 
 WAIT_MS = 60000
 
 
-def disc_picture(seed: int = 0, shape=(60, 80)) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[: shape[0], : shape[1]]
-    disc = (yy - 30) ** 2 + (xx - 38) ** 2 < 16 ** 2
-    img = np.empty((*shape, 3))
-    img[...] = (60, 140, 70)
-    img[disc] = (190, 60, 50)
-    img += rng.normal(0, 18, img.shape)
-    return np.clip(img, 0, 255).astype(np.uint8), disc
-
-
 def paint_line(layer, label: int, points) -> None:
     layer.selected_label = label
     for p in points:
         layer.paint(p, label)
+
+
+def paint_disc_strokes(scribbles) -> None:
+    """A short stroke of label 1 in the disc, three dabs of label 2 around it."""
+    scribbles.brush_size = 3
+    paint_line(scribbles, 1, [(30, 36), (30, 40)])
+    paint_line(scribbles, 2, [(5, 10), (5, 20), (55, 70)])
 
 
 def settled(widget) -> bool:
@@ -79,10 +76,7 @@ def test_painting_segments_the_picture(started, qtbot):
 
 def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
     viewer, widget, _ = started
-    scribbles = viewer.layers["scribbles"]
-    scribbles.brush_size = 3
-    paint_line(scribbles, 1, [(30, 36), (30, 40)])
-    paint_line(scribbles, 2, [(5, 10), (5, 20), (55, 70)])
+    paint_disc_strokes(viewer.layers["scribbles"])
     qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
     widget.save_model(tmp_path / "model.npz")
     assert (tmp_path / "model.npz").is_file()
@@ -97,10 +91,7 @@ def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
 
 def test_a_model_of_pictures_segments_every_frame_of_a_stack(started, qtbot):
     viewer, widget, _ = started
-    scribbles = viewer.layers["scribbles"]
-    scribbles.brush_size = 3
-    paint_line(scribbles, 1, [(30, 36), (30, 40)])
-    paint_line(scribbles, 2, [(5, 10), (5, 20), (55, 70)])
+    paint_disc_strokes(viewer.layers["scribbles"])
     qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
     frames = [disc_picture(seed=s) for s in (7, 8, 9)]
     viewer.add_image(np.stack([f[0] for f in frames]), name="stack", rgb=True)
