@@ -14,6 +14,7 @@ import click
 APP_COMMANDS = {
     "localize": "imageforest.apps.localize.cli",
     "train-localizer": "imageforest.apps.localize.cli",
+    "model-info": "imageforest.apps.localize.cli",
     "segment": "imageforest.apps.segment.cli",
 }
 
@@ -41,5 +42,23 @@ def main() -> None:
     """Decision forests for medical and vision imaging."""
 
 
+def run() -> None:
+    """The `imageforest` script: click's own handling, except that a usage error (a missing argument, an unknown
+    option, a value of the wrong type) is one line on stderr and exit code 1, like every other bad input."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        click.echo(f"Error: {exc.format_message()}", err=True)
+        raise SystemExit(1) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        raise SystemExit(1) from None
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+
+
 if __name__ == "__main__":
-    main()
+    run()

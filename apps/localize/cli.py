@@ -1,6 +1,8 @@
 """The localizer's commands, registered by the `imageforest` command on first use.
 
     imageforest localize SCAN [SCAN ...] [--model PATH] [--organs NAME,...] [-o OUT] [--overlay PNG] [--mask NIFTI]
+        [--compact]
+    imageforest model-info [MODEL] [--json]
     imageforest train-localizer DATA_DIR -o MODEL.npz [--organs NAME,...] [--trees T] [--depth D]
         [--refine-spacing MM] ...
 """
@@ -27,36 +29,72 @@ def _split_names(value: str | None) -> list[str] | None:
     return names or None
 
 
-def _output_for(target: Path | None, scan: Path, many: bool, suffix: str) -> Path | None:
-    """Where one scan's output goes: the path itself for one scan, `<target>/<scan stem><suffix>` for several."""
+SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
+MASK_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
+
+
+def _stem(scan: Path) -> str:
+    name = scan.name
+    for ext in SCAN_SUFFIXES:
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def _stems(scans: list[Path]) -> list[str]:
+    """One output name per scan: its file stem, prefixed with its folder's name where two scans share a stem
+    (p1/ct.nii.gz and p2/ct.nii.gz become p1_ct and p2_ct), numbered where even that is not enough."""
+    stems = [_stem(s) for s in scans]
+    clash = {s for s in stems if stems.count(s) > 1}
+    named = [f"{scan.resolve().parent.name}_{stem}" if stem in clash else stem for scan, stem in zip(scans, stems,
+                                                                                                  strict=True)]
+    seen: dict[str, int] = {}
+    out = []
+    for name in named:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+def _resolved(path: Path, what: str) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop
+        raise _fail(f"{what}: {path}: {exc}") from None
+
+
+def _plan_outputs(target: Path | None, scans: list[Path], stems: list[str], suffix: str, what: str
+                  ) -> list[Path | None]:
+    """Each scan's output path for one option (None without it), refusing every destination that would lose or
+    damage something: an input, a folder, a device or FIFO, a missing or unwritable folder. With several scans the
+    target is a folder, created when missing."""
     if target is None:
-        return None
-    if not many:
-        return target
-    stem = scan.name
-    for ext in (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd"):
-        if stem.lower().endswith(ext):
-            stem = stem[: -len(ext)]
-            break
-    return target / f"{stem}{suffix}"
-
-
-def _check_destination(path: Path | None, inputs: list[Path], many: bool, what: str) -> None:
-    """Refuse outputs that would overwrite an input or land in a folder that does not exist or is not writable."""
-    if path is None:
-        return
-    folder = path if many else path.parent
-    if many and not folder.is_dir():
-        raise _fail(f"{what}: {folder} must be an existing folder when several scans are given")
-    if not folder.is_dir():
-        raise _fail(f"{what}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise _fail(f"{what}: the folder {folder} is not writable")
-    resolved = {p.resolve() for p in inputs}
-    if not many and path.resolve() in resolved:
-        raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
-    if not many and path.is_dir():
-        raise _fail(f"{what}: {path} is a folder; give a file name")
+        return [None] * len(scans)
+    many = len(scans) > 1
+    if many:
+        if target.exists() and not target.is_dir():
+            raise _fail(f"{what}: {target} must be a folder when several scans are given")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
+        paths = [target / f"{stem}{suffix}" for stem in stems]
+    else:
+        paths = [target]
+    inputs = {_resolved(p, what) for p in scans}
+    for path in paths:
+        folder = path.parent
+        if not folder.is_dir():
+            raise _fail(f"{what}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise _fail(f"{what}: the folder {folder} is not writable")
+        if _resolved(path, what) in inputs:
+            raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
+        if path.is_dir():
+            raise _fail(f"{what}: {path} is a folder; give a file name")
+        if path.exists() and not path.is_file():
+            raise _fail(f"{what}: {path} is not a regular file (a device or a pipe); refusing to replace it")
+    return paths
 
 
 @click.command()
@@ -71,14 +109,26 @@ def _check_destination(path: Path | None, inputs: list[Path], many: bool, what: 
 @click.option("--mask", type=click.Path(path_type=Path), default=None,
               help="NIfTI label map of the boxes on the scan's grid (a folder for several scans).")
 @click.option("--threads", type=int, default=None, help="Threads for the forest (default: all cores).")
+@click.option("--compact", is_flag=True, help="JSON on stdout on one line per document instead of indented.")
 def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | None, out: Path | None,
-             overlay: Path | None, mask: Path | None, threads: int | None) -> None:
+             overlay: Path | None, mask: Path | None, threads: int | None, compact: bool) -> None:
     """Find organs and their bounding boxes (LPS mm) in CT SCANs (NIfTI, NRRD, MHA or a DICOM folder)."""
     t_start = time.perf_counter()
-    many = len(scans) > 1
-    inputs = list(scans)
-    for dest, what in ((out, "--out"), (overlay, "--overlay"), (mask, "--mask")):
-        _check_destination(dest, inputs, many, what)
+    scans_list = list(scans)
+    many = len(scans_list) > 1
+    if mask is not None and not many and not mask.name.lower().endswith(MASK_SUFFIXES):
+        raise _fail(f"--mask: {mask}: write the mask as one of {', '.join(MASK_SUFFIXES)}")
+    if overlay is not None and not many and overlay.suffix.lower() != ".png":
+        raise _fail(f"--overlay: {overlay}: the overlay is a .png")
+    if threads is not None and threads < 1:
+        raise _fail(f"--threads must be at least 1, got {threads}")
+    stems = _stems(scans_list)
+    plans = {"json": _plan_outputs(out, scans_list, stems, ".json", "--out"),
+             "overlay": _plan_outputs(overlay, scans_list, stems, "_overlay.png", "--overlay"),
+             "mask": _plan_outputs(mask, scans_list, stems, "_boxes.nii.gz", "--mask")}
+    every = [p.resolve() for paths in plans.values() for p in paths if p is not None]
+    if len(every) != len(set(every)):
+        raise _fail("two outputs would go to the same file; give --out, --overlay and --mask different paths")
     try:
         from imageforest.apps.localize.api import check_organs, load_localizer, localize_file
         from imageforest.apps.localize.report import table, write_json, write_mask
@@ -92,32 +142,74 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
     t_model = time.perf_counter() - t_start
     documents = []
     failures = 0
-    for scan in scans:
+    for k, scan in enumerate(scans_list):
+        if len(scans_list) > 3:
+            click.echo(f"[{k + 1}/{len(scans_list)}] {scan}", err=True)
         try:
             document, result, image = localize_file(scan, model, wanted)
             if len(documents) == 0:
                 document["timing_s"]["model_load"] = round(t_model, 4)
-            json_path = _output_for(out, scan, many, ".json")
-            if json_path is not None:
-                write_json(document, json_path)
-            png = _output_for(overlay, scan, many, "_overlay.png")
-            if png is not None:
+            if plans["json"][k] is not None:
+                write_json(document, plans["json"][k])
+            if plans["overlay"][k] is not None:
                 from imageforest.apps.localize.overlay import write_overlay
 
-                write_overlay(result, png, title=scan.name, organs=wanted)
-            nii = _output_for(mask, scan, many, "_boxes.nii.gz")
-            if nii is not None:
-                write_mask(result, image, nii, wanted)
+                write_overlay(result, plans["overlay"][k], title=scan.name, organs=wanted)
+            if plans["mask"][k] is not None:
+                write_mask(result, image, plans["mask"][k], wanted)
         except (ImageForestError, OSError) as exc:
             failures += 1
             click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
             continue
+        except Exception as exc:
+            failures += 1
+            click.echo(f"Error: {scan}: internal error ({type(exc).__name__}: {str(exc).strip()[:200]})", err=True)
+            continue
         documents.append(document)
         click.echo(table(document), err=True)
     if out is None and documents:
-        click.echo(json.dumps(documents[0] if not many else documents, indent=2))
+        shown = documents[0] if not many else documents
+        click.echo(json.dumps(shown, separators=(",", ":")) if compact else json.dumps(shown, indent=2))
     if failures:
         sys.exit(1)
+
+
+@click.command("model-info")
+@click.argument("model_path", required=False, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The card as JSON.")
+def model_info(model_path: Path | None, as_json: bool) -> None:
+    """Print a localizer model's card: organs, training data, recipe, measured figures (default: the shipped
+    model)."""
+    try:
+        from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
+
+        model = load_localizer(model_path)
+    except (ImageForestError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    card = {"file": str(model_path or DEFAULT_MODEL), "organs": list(model.organs),
+            "model_card": getattr(model, "model_card_", {}) or {},
+            "training_summary": getattr(model, "training_summary_", {}) or {},
+            "settings": model._saved_hyper_parameters()}
+    if as_json:
+        click.echo(json.dumps(card, indent=2))
+        return
+    click.echo(f"file: {card['file']}")
+    click.echo(f"organs: {', '.join(card['organs'])}")
+    for section in ("model_card", "training_summary"):
+        for key, value in card[section].items():
+            if isinstance(value, list) and len(value) > 8:  # e.g. the training cases: their count and ends
+                value = f"{len(value)}: {', '.join(map(str, value[:3]))}, ..., {value[-1]}"
+            click.echo(f"{key}: {value if not isinstance(value, (dict, list)) else json.dumps(value)}")
+    click.echo("settings: " + ", ".join(f"{k}={v}" for k, v in card["settings"].items()))
+
+
+def _check_model_destination(out: Path) -> None:
+    if not out.parent.is_dir():
+        raise _fail(f"--out: the folder {out.parent} does not exist")
+    if not os.access(out.parent, os.W_OK):
+        raise _fail(f"--out: the folder {out.parent} is not writable")
+    if out.is_dir() or (out.exists() and not out.is_file()):
+        raise _fail(f"--out: {out} is not a regular file name")
 
 
 @click.command("train-localizer")
@@ -141,7 +233,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
     name are the default model's (`apps/localize/recipe.py`)."""
-    _check_destination(out, [], False, "--out")
+    _check_model_destination(out)
     try:
         from imageforest.apps.localize.training import train_from_folder
 
@@ -156,4 +248,4 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
 
 
 # The commands this application adds to `imageforest`.
-commands = click.Group("localize-app", commands=[localize, train_localizer])
+commands = click.Group("localize-app", commands=[localize, train_localizer, model_info])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import math
 import os
 import struct
 import tempfile
@@ -27,6 +28,7 @@ from imageforest.exceptions import ImageForestError
 log = logging.getLogger(__name__)
 
 PLANAR_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+SPACING_MM = (1e-3, 1e3)  # voxel sizes read outside this range are refused (a header error, not an image)
 
 
 class ImageReadError(ImageForestError, ValueError):
@@ -117,17 +119,28 @@ def _nifti_truncation(path: Path) -> str | None:
         size = struct.unpack(order + "i", head[:4])[0]
         if size == 348:
             dims = struct.unpack(order + "8h", head[40:56])
+            datatype = struct.unpack(order + "h", head[70:72])[0]
             bitpix = struct.unpack(order + "h", head[72:74])[0]
-            offset = int(struct.unpack(order + "f", head[108:112])[0])
+            pixdim = struct.unpack(order + "8f", head[76:108])
+            raw_offset = struct.unpack(order + "f", head[108:112])[0]
             break
         if size == 540 and len(head) >= 540:
+            datatype = struct.unpack(order + "h", head[12:14])[0]
             bitpix = struct.unpack(order + "h", head[14:16])[0]
             dims = struct.unpack(order + "8q", head[16:80])
-            offset = struct.unpack(order + "q", head[168:176])[0]
+            pixdim = struct.unpack(order + "8d", head[104:168])
+            raw_offset = struct.unpack(order + "q", head[168:176])[0]
             break
     else:
         return None  # not a header we know; let ITK judge
+    # ITK reads a zero, NaN or infinite voxel size as 1 mm and a NaN offset as 0: refuse them here.
     n_dims = max(1, min(int(dims[0]), 7))
+    if not math.isfinite(raw_offset) or raw_offset < 0:
+        return f"has an invalid voxel-data offset ({raw_offset})"
+    offset = int(raw_offset)
+    sizes = [float(pixdim[k]) for k in range(1, min(n_dims, 3) + 1)]
+    if not all(math.isfinite(v) and v != 0 for v in sizes):
+        return f"has invalid voxel spacing {tuple(sizes)} in its header"
     expected = max(offset, 348) + int(np.prod([max(int(d), 1) for d in dims[1:n_dims + 1]])) * max(bitpix, 8) // 8
     if name.endswith(".gz"):
         with open(path, "rb") as fh:
@@ -137,6 +150,15 @@ def _nifti_truncation(path: Path) -> str | None:
             return f"is truncated or damaged (its header promises {expected} bytes)"
     elif path.stat().st_size < expected:
         return f"is truncated ({path.stat().st_size} of {expected} bytes)"
+    if datatype in (16, 64):  # float32 / float64: ITK turns NaN voxels into 0, so look at the voxels themselves
+        dtype = np.dtype(order + ("f4" if datatype == 16 else "f8"))
+        count = int(np.prod([max(int(d), 1) for d in dims[1:n_dims + 1]]))
+        with opener(path, "rb") as fh:
+            fh.seek(max(offset, 348))
+            for start in range(0, count, 1 << 22):  # in chunks: a float volume may be large
+                block = np.frombuffer(fh.read(min(1 << 22, count - start) * dtype.itemsize), dtype=dtype)
+                if not np.all(np.isfinite(block)):
+                    return "contains NaN or infinite voxel values"
     return None
 
 
@@ -168,8 +190,13 @@ def read_image(path: str | os.PathLike) -> Image:
         The file is missing, unreadable, 4-D, empty, has zero/NaN spacing or NaN voxels.
     """
     path = Path(path)
-    if not path.exists():
-        raise _fail(path, "no such file or folder")
+    try:
+        if not path.exists():
+            raise _fail(path, "no such file or folder")
+    except OSError as exc:  # a symbolic link loop, a name too long, ...
+        raise _fail(path, f"cannot be opened ({exc.strerror or exc})") from None
+    if not (path.is_file() or path.is_dir()):  # a FIFO or a device would block the reader or never end
+        raise _fail(path, "is not a regular file or a folder")
     notes: list[str] = []
     try:
         if path.is_dir():
@@ -199,8 +226,14 @@ def read_image(path: str | os.PathLike) -> Image:
     spacing = np.array(img.GetSpacing())
     if not np.all(np.isfinite(spacing)) or np.any(spacing <= 0):
         raise _fail(path, f"has invalid voxel spacing {tuple(spacing)}")
+    if np.any(spacing < SPACING_MM[0]) or np.any(spacing > SPACING_MM[1]):
+        raise _fail(path, f"has implausible voxel spacing {tuple(float(v) for v in spacing)} mm (accepted: "
+                          f"{SPACING_MM[0]:g} to {SPACING_MM[1]:g} mm)")
     if not np.all(np.isfinite(img.GetOrigin())) or not np.all(np.isfinite(img.GetDirection())):
         raise _fail(path, "has a NaN or infinite origin or direction")
+    direction = np.array(img.GetDirection()).reshape(ndim, ndim)
+    if not np.allclose(direction @ direction.T, np.eye(ndim), atol=1e-3):
+        raise _fail(path, "has a direction matrix that is not a rotation (axes not orthonormal)")
     if ndim == 3:
         img = sitk.DICOMOrient(img, "LPS")
     image = Image.from_sitk(img, source=str(path))
@@ -220,6 +253,11 @@ def write_image(image: Image, path: str | os.PathLike) -> None:
     os.close(fd)
     try:
         sitk.WriteImage(image.to_sitk(), tmp, useCompression=True)
+        if os.path.getsize(tmp) == 0:  # ITK can end without an error on a full disk
+            raise OSError(f"{path}: nothing was written (is the disk full?)")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600 files: give the permissions a plain open() would
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -135,3 +135,39 @@ def test_totalseg_dicom_series_reads_as_lps_and_matches_its_label_map():
     spleen = int(next(k for k, v in classes.items() if v == "spleen"))
     assert 60 < ct.array[seg.array == liver].mean() < 120
     assert 50 < ct.array[seg.array == spleen].mean() < 120
+
+
+def test_headers_itk_would_repair_silently_are_refused(tmp_path):
+    """ITK reads a NIfTI voxel size of 0 / NaN as 1 mm and NaN voxels as 0; a non-rotation direction and absurd
+    voxel sizes pass it too. Each is refused with the file name and the reason."""
+    import gzip
+    import struct
+
+    import SimpleITK as sitk
+
+    from imageforest.imaging.io import ImageReadError, read_image
+
+    vol = sitk.GetImageFromArray(np.zeros((4, 5, 6), np.float32))
+    sitk.WriteImage(vol, str(tmp_path / "ok.nii"))
+    raw = bytearray((tmp_path / "ok.nii").read_bytes())
+    for name, value in (("zero", 0.0), ("nan", float("nan"))):
+        bad = bytearray(raw)
+        bad[80:84] = struct.pack("<f", value)  # pixdim[1], the x voxel size
+        (tmp_path / f"{name}.nii.gz").write_bytes(gzip.compress(bytes(bad)))
+        with pytest.raises(ImageReadError, match="invalid voxel spacing"):
+            read_image(tmp_path / f"{name}.nii.gz")
+    nan = np.zeros((4, 5, 6), np.float32)
+    nan[1, 2, 3] = np.nan
+    sitk.WriteImage(sitk.GetImageFromArray(nan), str(tmp_path / "nan_voxel.nii.gz"))
+    with pytest.raises(ImageReadError, match="NaN"):
+        read_image(tmp_path / "nan_voxel.nii.gz")
+    skew = sitk.GetImageFromArray(np.zeros((4, 5, 6), np.int16))
+    skew.SetDirection((1, 0, 0, 0.5, 1, 0, 0, 0, 1))
+    sitk.WriteImage(skew, str(tmp_path / "skew.mha"))
+    with pytest.raises(ImageReadError, match="not a rotation"):
+        read_image(tmp_path / "skew.mha")
+    tiny = sitk.GetImageFromArray(np.zeros((4, 5, 6), np.int16))
+    tiny.SetSpacing((1e-6, 1.0, 1.0))
+    sitk.WriteImage(tiny, str(tmp_path / "tiny.mha"))
+    with pytest.raises(ImageReadError, match="implausible voxel spacing"):
+        read_image(tmp_path / "tiny.mha")

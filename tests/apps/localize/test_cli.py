@@ -135,3 +135,57 @@ def test_console_script_runs_without_traceback(tmp_path: Path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_nothing_is_lost_in_a_batch(workspace: Path, tmp_path: Path, monkeypatch):
+    """Outputs never land on an input, a device or each other; folders are created; scans with one name in two
+    folders keep two documents; one scan's unexpected failure does not stop the batch."""
+    import shutil
+
+    model = workspace / "model.npz"
+    d = tmp_path / "d"
+    d.mkdir()
+    shutil.copy(workspace / "data" / "ph1_ct.nii.gz", d / "a.nii.gz")
+    shutil.copy(workspace / "data" / "ph2_ct.nii.gz", d / "a_boxes.nii.gz")
+    before = (d / "a_boxes.nii.gz").read_bytes()
+    line = one_line_error(run("localize", d / "a.nii.gz", d / "a_boxes.nii.gz", "--model", model, "--mask", d))
+    assert "is an input scan" in line and (d / "a_boxes.nii.gz").read_bytes() == before
+
+    for k in (1, 2):
+        (tmp_path / f"p{k}").mkdir()
+        shutil.copy(workspace / "data" / f"ph{k}_ct.nii.gz", tmp_path / f"p{k}" / "ct.nii.gz")
+    new = tmp_path / "new" / "folder"
+    r = run("localize", tmp_path / "p1" / "ct.nii.gz", tmp_path / "p2" / "ct.nii.gz", "--model", model, "-o", new)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in new.iterdir()) == ["p1_ct.json", "p2_ct.json"]
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    assert "not a regular file" in one_line_error(run("localize", d / "a.nii.gz", "--model", model, "-o", fifo))
+    assert "is not a regular file" in one_line_error(run("localize", fifo, "--model", model))  # no hang
+    assert "write the mask as" in one_line_error(run("localize", d / "a.nii.gz", "--model", model,
+                                                     "--mask", tmp_path / "m.txt"))
+
+    from imageforest.apps.localize import api
+
+    real = api.localize_file
+
+    def flaky(path, *args, **kwargs):
+        if Path(path).parent.name == "p1":
+            raise TypeError("unexpected")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(api, "localize_file", flaky)
+    r = run("localize", tmp_path / "p1" / "ct.nii.gz", tmp_path / "p2" / "ct.nii.gz", "--model", model, "--compact")
+    assert r.exit_code == 1 and "internal error (TypeError: unexpected)" in r.stderr
+    docs = json.loads(r.stdout)
+    assert len(docs) == 1 and docs[0]["scan"].endswith("p2/ct.nii.gz") and len(r.stdout.strip().splitlines()) == 1
+
+
+def test_usage_errors_are_one_line_and_model_info(workspace: Path):
+    proc = subprocess.run([sys.executable, "-m", "imageforest.cli", "localize", "--threads", "abc", "x.nii.gz"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("Error: ")
+    r = run("model-info", workspace / "model.npz")
+    assert r.exit_code == 0 and "organs: Brainstem" in r.output and "name: test-phantoms" in r.output
+    assert "no such model file" in one_line_error(run("model-info", workspace / "missing.npz"))
