@@ -12,7 +12,7 @@ from pathlib import Path
 
 from imageforest.apps.localize.model import Localization, OrganLocalizer
 from imageforest.apps.localize.report import localization_json
-from imageforest.apps.localize.scans import read_scan
+from imageforest.apps.localize.scans import read_scan, scan_warnings
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 
@@ -55,4 +55,5 @@ def localize_file(path: str | Path, model: OrganLocalizer, organs: list[str] | N
     t2 = time.perf_counter()
     timing = {"read": t1 - t0, "localize": t2 - t1, "total": t2 - t0}
     document = localization_json(result, scan, str(path), model_identity(model), timing, organs)
+    document["warnings"] = scan_warnings(scan)
     return document, result, scan

@@ -71,6 +71,7 @@ def table(document: dict) -> str:
     t = document["timing_s"]
     lines.append(f"  read {t.get('read', 0):.2f} s, localize {t.get('localize', 0):.2f} s, "
                  f"total {t.get('total', 0):.2f} s")
+    lines.extend(f"  Warning: {w}" for w in document.get("warnings", []))
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ the organ's extreme voxels (as ../shared/data/openkbp-hn/boxes.json); NaN rows a
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,15 +46,90 @@ def working_image(image: Image, spacing_mm: float) -> Image:
     return out
 
 
+MAX_SCAN_VOXELS = 1 << 29  # 537 million input voxels (1 GB of int16): a 512 x 512 x 2000 CT fits
+MIN_EXTENT_MM = 20.0  # along every axis: less is not a scan of anatomy
+MIN_BODY_ML = 50.0  # less tissue than this in view gets a warning (the smallest openkbp-hn scan shows 530 mL)
+
+
+def max_working_voxels() -> int:
+    """Voxels the 4 mm working grid may hold (default 2^24, a 1 m cube): set IMAGEFOREST_MAX_WORKING_VOXELS to
+    raise it. The grid, its integral image and the votes take about 30 bytes a voxel."""
+    try:
+        return int(os.environ.get("IMAGEFOREST_MAX_WORKING_VOXELS", 1 << 24))
+    except ValueError:
+        return 1 << 24
+
+
+def check_scan_size(path: Path, size_xyz, spacing_xyz, spacing_mm: float = 4.0) -> None:
+    """Refuse a scan whose voxels or working grid would not fit in memory, from its size and spacing alone."""
+    size = np.asarray(size_xyz, dtype=np.float64)
+    extent = size * np.asarray(spacing_xyz, dtype=np.float64)
+    if np.prod(size) > MAX_SCAN_VOXELS:
+        raise InvalidInputError(f"{path}: {' x '.join(str(int(v)) for v in size)} voxels is over the "
+                                f"{MAX_SCAN_VOXELS / 1e6:.0f} million this command reads")
+    grid = float(np.prod(np.maximum(np.round(extent / spacing_mm), 1)))
+    limit = max_working_voxels()
+    if grid > limit:
+        raise InvalidInputError(
+            f"{path}: the scan covers {' x '.join(f'{v:.0f}' for v in extent)} mm, so its {spacing_mm:g} mm "
+            f"working grid would hold {grid / 1e6:.0f} million voxels (limit {limit / 1e6:.1f} million; crop the "
+            "scan or set IMAGEFOREST_MAX_WORKING_VOXELS)")
+
+
+def _header_size(path: Path) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+    """(size, spacing) in (x, y, z) from a file's header without reading its voxels; None for folders or when
+    the header cannot be read (then `read_image` gives the reason)."""
+    if not path.is_file():
+        return None
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(str(path))
+    try:
+        reader.ReadImageInformation()
+    except RuntimeError:
+        return None
+    return tuple(reader.GetSize()), tuple(reader.GetSpacing())
+
+
 def read_scan(path: str | Path) -> Image:
-    """Read a CT scan (NIfTI, NRRD, MHA, DICOM folder) in LPS; 2-D or multi-component images are refused."""
+    """Read a CT scan (NIfTI, NRRD, MHA, DICOM folder) in LPS; 2-D or multi-component images are refused, and so
+    are scans whose voxels or working grid would not fit in memory (checked from the header before reading)."""
+    header = _header_size(Path(path))
+    if header is not None and len(header[0]) == 3 and all(np.isfinite(header[1])) and min(header[1]) > 0:
+        check_scan_size(Path(path), *header)
     image = read_image(path)
     if image.ndim != 3 or image.array.ndim != 3:
         raise InvalidInputError(f"{path}: a CT scan must be a 3-D volume, got shape {image.array.shape}")
     if min(image.array.shape) < 2:
         raise InvalidInputError(f"{path}: a CT scan needs at least two voxels along every axis, "
                                 f"got shape {image.array.shape}")
+    check_scan_size(Path(path), image.size, image.spacing)
+    extent = np.asarray(image.size) * image.spacing
+    if np.any(extent < MIN_EXTENT_MM):
+        raise InvalidInputError(f"{path}: the scan covers only {' x '.join(f'{v:.1f}' for v in extent)} mm; "
+                                f"a head-and-neck scan spans at least {MIN_EXTENT_MM:g} mm along every axis")
+    lo, hi = float(image.array.min()), float(image.array.max())
+    if lo == hi:
+        raise InvalidInputError(f"{path}: every voxel is {lo:g}; a constant volume holds no anatomy")
     return image
+
+
+def scan_warnings(image: Image) -> list[str]:
+    """Why the answers for this scan may mean little, though it could be read: signs that it is not a CT in
+    Hounsfield units, or that it holds hardly any body. The localizer still answers; the JSON lists these."""
+    out = []
+    values = image.array
+    if float(values.min()) > -200.0:
+        out.append("no voxel at or below -200: air reads about -1000 HU in CT, so this may be an MR scan or a CT "
+                   "stored without its Hounsfield offset; organs reported absent may only mean that")
+    dense = values > BODY_HU
+    body = float(np.mean(dense))
+    body_ml = float(dense.sum()) * float(np.prod(image.spacing)) / 1000.0
+    if body_ml < MIN_BODY_ML:
+        out.append(f"only {body_ml:.0f} mL of the scan is denser than {BODY_HU:g} HU: hardly any body in view")
+    elif body > 0.98:
+        out.append(f"{100 * body:.0f}% of the voxels are denser than {BODY_HU:g} HU: no air around the body, so "
+                   "this may not be a CT in Hounsfield units")
+    return out
 
 
 def body_mask(work: Image) -> np.ndarray:

@@ -15,7 +15,7 @@ from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
 from imageforest.apps.localize.scans import OrganSlices
 from imageforest.cli import main
-from imageforest.imaging.io import read_image, write_image
+from imageforest.imaging.io import Image, read_image, write_image
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +97,14 @@ def test_bad_inputs_end_with_one_line(workspace: Path, tmp_path: Path):
     one_line_error(run("localize", flat, "--model", model))
     empty = tmp_path / "empty.nii.gz"
     sitk.WriteImage(sitk.GetImageFromArray(np.full((8, 8, 8), -1024, np.int16)), str(empty))
-    r = run("localize", empty, "--model", model)  # air only: every organ absent, not an error
-    assert r.exit_code == 0 and not any(e["present"] for e in json.loads(r.stdout)["organs"].values())
+    assert "covers only" in one_line_error(run("localize", empty, "--model", model))  # 8 mm of nothing
+    air = sitk.GetImageFromArray((np.random.default_rng(0).normal(-1000, 20, (30, 40, 40))).astype(np.int16))
+    air.SetSpacing((3.0, 3.0, 3.0))
+    sitk.WriteImage(air, str(tmp_path / "air.nii.gz"))
+    r = run("localize", tmp_path / "air.nii.gz", "--model", model)  # air only: every organ absent, not an error
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and not any(e["present"] for e in doc["organs"].values())
+    assert any("hardly any body" in w for w in doc["warnings"])
     scan = workspace / "data" / "ph0_ct.nii.gz"
     assert "does not exist" in one_line_error(run("localize", scan, "--model", model, "-o",
                                                   tmp_path / "nowhere" / "x.json"))
@@ -189,3 +195,28 @@ def test_usage_errors_are_one_line_and_model_info(workspace: Path):
     r = run("model-info", workspace / "model.npz")
     assert r.exit_code == 0 and "organs: Brainstem" in r.output and "name: test-phantoms" in r.output
     assert "no such model file" in one_line_error(run("model-info", workspace / "missing.npz"))
+
+
+def test_scans_that_are_no_ct_or_would_not_fit_are_refused_or_flagged(workspace: Path, tmp_path: Path):
+    """A constant or 2 x 2 x 2 volume is refused; an MR-like scan (no air at -1000 HU) is answered with a warning in
+    the JSON; a scan whose 4 mm working grid would hold billions of voxels is refused from its header."""
+    import SimpleITK as sitk
+
+    model = workspace / "model.npz"
+    ct = read_image(workspace / "data" / "ph3_ct.nii.gz")
+    cases = {"constant": np.full((40, 40, 40), 3000, np.int16), "tiny": np.zeros((2, 2, 2), np.int16)}
+    for name, arr in cases.items():
+        write_image(Image(arr, np.array([2.0, 2.0, 2.0]), np.zeros(3), np.eye(3)), tmp_path / f"{name}.nii.gz")
+    assert "constant volume" in one_line_error(run("localize", tmp_path / "constant.nii.gz", "--model", model))
+    assert "covers only" in one_line_error(run("localize", tmp_path / "tiny.nii.gz", "--model", model))
+    mr = Image((ct.array.astype(np.float32) + 1024.0) * 2.0, ct.spacing, ct.origin, ct.direction)
+    write_image(mr, tmp_path / "mr.nii.gz")
+    r = run("localize", tmp_path / "mr.nii.gz", "--model", model)
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and any("Hounsfield" in w for w in doc["warnings"]) and "Warning:" in r.stderr
+    assert json.loads(run("localize", workspace / "data" / "ph3_ct.nii.gz", "--model", model).stdout)["warnings"] == []
+    huge = sitk.GetImageFromArray(np.zeros((40, 64, 64), np.int16))
+    huge.SetSpacing((100.0, 100.0, 100.0))
+    sitk.WriteImage(huge, str(tmp_path / "huge.nii.gz"))
+    line = one_line_error(run("localize", tmp_path / "huge.nii.gz", "--model", model))
+    assert "working grid would hold" in line and "IMAGEFOREST_MAX_WORKING_VOXELS" in line
