@@ -629,6 +629,12 @@ class OrganLocalizer(PlainTrees):
                 "slicers": [None if r is None else r.to_meta() for r in getattr(self, "slicers_", None) or []]}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        # The localizer gives its forests one raw channel (the working grid's HU): a file that declares more
+        # channels or a filter bank would be answered from other features than it was trained on.
+        expected = self._features().to_spec()[0]
+        if self.family_.to_spec()[0] != expected:
+            raise ModelFormatError("the model's feature family is not the one its settings describe "
+                                   f"({self.family_.to_spec()[0]} against {expected})")
         n_leaves = self.forest_.n_leaves
         n_org = len(meta["organs"])
         shapes = {"leaf.share": (n_leaves, n_org), "leaf.count": (n_leaves, n_org),

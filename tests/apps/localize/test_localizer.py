@@ -390,9 +390,9 @@ def test_answers_do_not_depend_on_the_thread_count(small_model, phantoms):
 
 
 def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp_path: Path):
-    """A file that declares 8 image channels and sends a node to channel 3 loads (the declaration is
-    consistent), but the localizer gives the forest one channel: the answer is a ModelFormatError, never a read
-    of neighbouring memory. Hyper-parameters out of range in the file are refused at load."""
+    """A file that declares 8 image channels and sends a node to channel 3 is consistent in itself, but the
+    localizer gives its forests one channel: refused at load, and the kernel itself refuses a forest that reads a
+    channel the stack lacks (never a read of neighbouring memory). Out-of-range values in the file are refused."""
     import json
 
     from imageforest.exceptions import ModelFormatError
@@ -413,9 +413,18 @@ def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp
     params = arrays["forest.params"].copy()
     split = np.flatnonzero(arrays["forest.child"] >= 0)[0]
     params[split, 0] = 3.0
-    model = OrganLocalizer.load(write("channels.npz", crafted, {**arrays, "forest.params": params}))
+    with pytest.raises(ModelFormatError, match="feature family"):  # refused at load: not what it was trained on
+        OrganLocalizer.load(write("channels.npz", crafted, {**arrays, "forest.params": params}))
+    # and should such a forest reach the box-feature kernel, it is stopped there: a 1-channel stack is all it gets
+    from imageforest.imaging.features import ImageStack
+
+    forest = copy.deepcopy(small_model.forest_)
+    forest.params[split, 0] = 3.0
+    for cached in ("_max_box_channel", "_packed", "_box_spans"):  # tables derived from the original params
+        forest.__dict__.pop(cached, None)
+    stack = ImageStack.from_images([phantoms[6][0]], integral=True)
     with pytest.raises(ModelFormatError, match="reads image channel 3"):
-        model.localize(phantoms[6][0])
+        small_model.family_.apply((stack, np.zeros((4, 4), np.int32)), forest)
 
     share = arrays["leaf.share"].copy()
     share[0, 0] = -5.0  # would report a probability of -4.97
