@@ -1,7 +1,10 @@
-"""Overlay PNG: for every organ found, axial, coronal and sagittal slices through its box centre with the box.
+"""Overlay PNG for review: for every organ found, axial, coronal and sagittal slices through its box centre with
+the box (the scan's central slices when nothing is found).
 
 Drawn on the working grid (isotropic voxels, so no aspect correction), in radiological display: patient left on the
-image's right for axial and coronal views, head at the top for coronal and sagittal views.
+image's right for axial and coronal views, head at the top for coronal and sagittal views; each panel at least
+512 pixels wide with its orientation letters (R/L, A/P, S/I), a 50 mm scale bar, and a soft-tissue CT window
+(width 400, level 40 HU).
 """
 
 from __future__ import annotations
@@ -17,10 +20,47 @@ from imageforest.forest.serialization import atomic_write
 COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45", "#fabed4",
            "#469990"]
 VIEWS = ("axial", "coronal", "sagittal")
+WINDOW_HU = (-160.0, 240.0)  # soft tissue: level 40, width 400
+PANEL_INCHES, DPI = 6.8, 80  # 544 pixels a panel
+SCALE_MM = 50.0
+# Orientation letters per view: (left edge, right edge, top, bottom) of the displayed slice.
+EDGES = {"axial": ("R", "L", "A", "P"), "coronal": ("R", "L", "S", "I"), "sagittal": ("A", "P", "S", "I")}
 
 
 def _to_index(work, points_mm: np.ndarray) -> np.ndarray:
     return work.physical_to_index(points_mm)  # continuous (x, y, z) indices
+
+
+def _slice(vol: np.ndarray, view: str, centre: np.ndarray) -> tuple[np.ndarray, tuple[int, int], str]:
+    """The 2-D slice of `vol` (z, y, x) through `centre` (x, y, z) for a view, its (across, up) index axes among
+    (x, y, z) and the imshow origin."""
+    if view == "axial":  # x across, y down
+        return vol[centre[2]], (0, 1), "upper"
+    if view == "coronal":  # x across, z up
+        return vol[:, centre[1], :], (0, 2), "lower"
+    return vol[:, :, centre[0]], (1, 2), "lower"  # sagittal: y across (anterior left), z up
+
+
+def _panel(ax, img: np.ndarray, origin: str, view: str, spacing_mm: float, title: str) -> None:
+    """One reviewable panel: the slice in a soft-tissue window, orientation letters and a scale bar."""
+    ax.imshow(img, cmap="gray", vmin=WINDOW_HU[0], vmax=WINDOW_HU[1], origin=origin, interpolation="nearest")
+    ax.set_title(title, color="white", fontsize=11)
+    left, right, top, bottom = EDGES[view]
+    rows, cols = img.shape
+    up = origin == "lower"  # row index grows upwards on screen
+
+    def row_at(share: float) -> float:  # a height on screen (0 bottom, 1 top) as a row coordinate
+        return share * rows if up else (1.0 - share) * rows
+
+    style = {"color": "yellow", "fontsize": 12, "fontweight": "bold"}
+    ax.text(0.02 * cols, row_at(0.5), left, ha="left", va="center", **style)
+    ax.text(0.98 * cols, row_at(0.5), right, ha="right", va="center", **style)
+    ax.text(0.5 * cols, row_at(0.98), top, ha="center", va="top", **style)
+    ax.text(0.5 * cols, row_at(0.02), bottom, ha="center", va="bottom", **style)
+    bar = SCALE_MM / spacing_mm  # voxels
+    x1 = 0.96 * cols
+    ax.plot([x1 - bar, x1], [row_at(0.05), row_at(0.05)], color="yellow", linewidth=3)
+    ax.text(x1 - bar / 2, row_at(0.07), f"{SCALE_MM:g} mm", color="yellow", ha="center", va="bottom", fontsize=10)
 
 
 def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | None = None,
@@ -34,15 +74,19 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
 
     work = result.work
     vol = work.array  # (z, y, x)
+    spacing = float(work.spacing[0])  # isotropic working grid
     wanted = set(organs) if organs else None
     rows = [(k, o) for k, o in enumerate(result.organs) if o.present and (wanted is None or o.name in wanted)]
     n_rows = max(1, len(rows))
-    fig, axes = plt.subplots(n_rows, 3, figsize=(9.6, 3.2 * n_rows), squeeze=False)
+    fig, axes = plt.subplots(n_rows, 3, figsize=(3 * PANEL_INCHES, PANEL_INCHES * n_rows), squeeze=False)
     fig.patch.set_facecolor("black")
     for ax in axes.ravel():
         ax.set_axis_off()
-    if not rows:
-        axes[0, 1].text(0.5, 0.5, "no organ found", color="white", ha="center", va="center")
+    if not rows:  # still show the scan: the reviewer judges whether "nothing found" is right
+        centre = np.array(vol.shape[::-1]) // 2
+        for c, view in enumerate(VIEWS):
+            img, _, origin = _slice(vol, view, centre)
+            _panel(axes[0, c], img, origin, view, spacing, f"no organ found - central {view} slice")
     for r, (k, est) in enumerate(rows):
         colour = COLOURS[k % len(COLOURS)]
         lo = _to_index(work, est.box_mm[[0, 2, 4]][None])[0]
@@ -56,26 +100,17 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
             boxes.append((np.minimum(tlo, thi), np.maximum(tlo, thi), "white", "--"))
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
-            if view == "axial":  # x across, y down
-                img, (a, b) = vol[centre[2]], (0, 1)
-                origin = "upper"
-            elif view == "coronal":  # x across, z up
-                img, (a, b) = vol[:, centre[1], :], (0, 2)
-                origin = "lower"
-            else:  # y across (anterior left), z up
-                img, (a, b) = vol[:, :, centre[0]], (1, 2)
-                origin = "lower"
-            ax.imshow(img, cmap="gray", vmin=-250, vmax=350, origin=origin, interpolation="nearest")
+            img, (a, b), origin = _slice(vol, view, centre)
+            _panel(ax, img, origin, view, spacing,
+                   f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""))
             for blo, bhi, col, style in boxes:
                 ax.add_patch(Rectangle((blo[a] - 0.5, blo[b] - 0.5), bhi[a] - blo[a] + 1, bhi[b] - blo[b] + 1,
-                                       fill=False, edgecolor=col, linestyle=style, linewidth=1.5))
-            ax.set_title(f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""),
-                         color="white", fontsize=9)
+                                       fill=False, edgecolor=col, linestyle=style, linewidth=2))
     if title:
         fig.suptitle(title + ("   solid: found, dashed: truth" if truth is not None else ""), color="white",
-                     fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.985 if n_rows > 2 else 0.95))
+                     fontsize=13)
+    fig.tight_layout(rect=(0, 0, 1, 0.99 if n_rows > 2 else 0.96))
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, facecolor=fig.get_facecolor())
+    fig.savefig(buf, format="png", dpi=DPI, facecolor=fig.get_facecolor())
     plt.close(fig)
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
