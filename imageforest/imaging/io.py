@@ -17,6 +17,7 @@ import math
 import os
 import struct
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,6 +149,14 @@ def _nifti_truncation(path: Path) -> str | None:
             isize = struct.unpack("<I", fh.read(4))[0]
         if isize != expected % 2**32:
             return f"is truncated or damaged (its header promises {expected} bytes)"
+        # A damaged deflate stream with an intact trailer inflates to the right length with wrong voxels; only
+        # the stream's CRC tells (one more pass of zlib: ~10 ms for a 128^3 CT, ~0.3 s for 512 x 512 x 300).
+        try:
+            with gzip.open(path, "rb") as fh:
+                while fh.read(1 << 22):
+                    pass
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"is damaged ({exc})"
     elif path.stat().st_size < expected:
         return f"is truncated ({path.stat().st_size} of {expected} bytes)"
     if datatype in (16, 64):  # float32 / float64: ITK turns NaN voxels into 0, so look at the voxels themselves
@@ -176,7 +185,11 @@ def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
         log.warning("%s: %s", path, note)
         notes.append(note)
     reader.SetFileNames(files[chosen])
-    return reader.Execute(), notes
+    img = reader.Execute()
+    if img.GetDimension() == 3 and img.GetSize()[2] != len(files[chosen]):
+        # ITK skips a slice it cannot read with only a warning: the volume would silently miss anatomy
+        raise _fail(path, f"read {img.GetSize()[2]} of the series' {len(files[chosen])} slices (a damaged slice?)")
+    return img, notes
 
 
 def read_image(path: str | os.PathLike) -> Image:

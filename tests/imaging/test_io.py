@@ -171,3 +171,20 @@ def test_headers_itk_would_repair_silently_are_refused(tmp_path):
     sitk.WriteImage(tiny, str(tmp_path / "tiny.mha"))
     with pytest.raises(ImageReadError, match="implausible voxel spacing"):
         read_image(tmp_path / "tiny.mha")
+
+
+def test_a_damaged_deflate_stream_with_an_intact_trailer_is_refused(tmp_path):
+    """Bytes changed inside a .nii.gz's compressed stream, its length field intact: ITK would inflate the right
+    number of bytes (mostly zeros) without complaint; the stream's CRC does not match."""
+    import SimpleITK as sitk
+
+    from imageforest.imaging.io import ImageReadError, read_image
+
+    arr = np.random.default_rng(0).integers(-1000, 1000, (20, 30, 40)).astype(np.int16)
+    sitk.WriteImage(sitk.GetImageFromArray(arr), str(tmp_path / "ok.nii.gz"))
+    raw = bytearray((tmp_path / "ok.nii.gz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "bad.nii.gz").write_bytes(bytes(raw))
+    with pytest.raises(ImageReadError, match="damaged"):
+        read_image(tmp_path / "bad.nii.gz")
+    assert read_image(tmp_path / "ok.nii.gz").array.shape == (20, 30, 40)
