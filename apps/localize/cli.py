@@ -92,8 +92,8 @@ def _plan_outputs(target: Path | None, scans: list[Path], stems: list[str], suff
             raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
         if path.is_dir():
             raise _fail(f"{what}: {path} is a folder; give a file name")
-        if path.exists() and not path.is_file():
-            raise _fail(f"{what}: {path} is not a regular file (a device or a pipe); refusing to replace it")
+        if path.exists() and not path.is_file() and not path.is_char_device():
+            raise _fail(f"{what}: {path} is not a regular file or a device like /dev/null (a pipe?); refusing it")
     return paths
 
 

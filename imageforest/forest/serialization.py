@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import tempfile
 import zipfile
 import zlib
@@ -36,9 +37,20 @@ def _umask() -> int:
     return mask
 
 
+def is_char_device(path: Path) -> bool:
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside `path`, then move it into place."""
     path = Path(path)
+    if is_char_device(path):  # /dev/null and the like: written in place, never replaced by a file
+        with open(path, "wb") as fh:
+            write(fh)
+        return
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise FileNotFoundError(f"{path}: the folder {directory} does not exist")

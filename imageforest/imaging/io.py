@@ -25,6 +25,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from imageforest.exceptions import ImageForestError
+from imageforest.forest.serialization import is_char_device
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +269,11 @@ def write_image(image: Image, path: str | os.PathLike) -> None:
         sitk.WriteImage(image.to_sitk(), tmp, useCompression=True)
         if os.path.getsize(tmp) == 0:  # ITK can end without an error on a full disk
             raise OSError(f"{path}: nothing was written (is the disk full?)")
+        if is_char_device(path):  # /dev/null and the like: written into, never replaced by a file
+            with open(tmp, "rb") as src, open(path, "wb") as dst:
+                dst.write(src.read())
+            os.unlink(tmp)
+            return
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600 files: give the permissions a plain open() would

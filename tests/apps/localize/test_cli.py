@@ -165,6 +165,10 @@ def test_nothing_is_lost_in_a_batch(workspace: Path, tmp_path: Path, monkeypatch
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in new.iterdir()) == ["p1_ct.json", "p2_ct.json"]
 
+    r = run("localize", d / "a.nii.gz", "--model", model, "-o", os.devnull)  # discards, and stays a device
+    assert r.exit_code == 0, r.output
+    assert Path(os.devnull).is_char_device()
+
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
     assert "not a regular file" in one_line_error(run("localize", d / "a.nii.gz", "--model", model, "-o", fifo))
