@@ -171,18 +171,19 @@ class OrganLocalizer(PlainTrees):
 
     # What each hyper-parameter accepts; `_check_settings` adds the rules that relate several of them.
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
-        **GROWTH, "organs": Anything(), "spacing_mm": Real(0.5, 20.0), "max_offset_mm": Real(0.0, low_open=True),
-        "box_size_mm": Anything(), "difference": Boolean(), "points_per_scan": Integer(1),
-        "crops_per_scan": Integer(0), "vote_points": Integer(1), "vote_fraction": Real(0.0, 1.0, low_open=True),
-        "max_spread_mm": Real(0.0, low_open=True), "edge_prior_share": Real(0.0, 1.0),
+        **GROWTH, "organs": Anything(), "spacing_mm": Real(0.5, 20.0), "max_offset_mm": Real(0.0, 500.0, low_open=True),
+        "box_size_mm": Anything(), "difference": Boolean(), "points_per_scan": Integer(1, 1_000_000),
+        "crops_per_scan": Integer(0, 100), "vote_points": Integer(1, 10_000_000),
+        "vote_fraction": Real(0.0, 1.0, low_open=True), "max_spread_mm": Real(0.0, 1000.0, low_open=True),
+        "edge_prior_share": Real(0.0, 1.0),
         "presence_fraction": Real(0.0, 1.0, low_open=True), "min_visible": Real(0.0, 1.0),
         "refine_spacing_mm": Real(0.0, 20.0), "refine_trees": Anything(), "refine_depth": Integer(0, allow_none=True),
         "refine_min_samples_leaf": Anything(), "refine_margin_mm": Anything(), "refine_reach_mm": Anything(),
-        "refine_jitter_mm": Anything(), "refine_points": Anything(), "refine_votes": Integer(1),
-        "refine_fraction": Real(0.0, 1.0, low_open=True), "refine_passes": Integer(1),
+        "refine_jitter_mm": Anything(), "refine_points": Anything(), "refine_votes": Integer(1, 10_000_000),
+        "refine_fraction": Real(0.0, 1.0, low_open=True), "refine_passes": Integer(1, 100),
         "slice_elongation": Real(0.0, allow_none=True), "slice_trees": Integer(1), "slice_min_samples_leaf": Integer(1),
-        "slice_margin_mm": Real(0.0), "slice_reach_mm": Real(0.0), "slice_points": Integer(1),
-        "slice_fraction": Real(0.0, 1.0, low_open=True), "slice_window": Integer(1)}
+        "slice_margin_mm": Real(0.0, 500.0), "slice_reach_mm": Real(0.0, 500.0), "slice_points": Integer(1, 1_000_000),
+        "slice_fraction": Real(0.0, 1.0, low_open=True), "slice_window": Integer(1, 1001)}
 
     def __init__(self, organs: list[str] | tuple[str, ...] = (), *, spacing_mm: float = 4.0, n_trees: int = 12,
                  max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
@@ -282,6 +283,10 @@ class OrganLocalizer(PlainTrees):
                 raise InvalidInputError("refine_trees, refine_min_samples_leaf and refine_points must be >= 1")
             if min(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) < 0:
                 raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be >= 0")
+            if max(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) > 500:
+                raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be <= 500 mm")
+            if int(stage["refine_points"]) > 1_000_000:
+                raise InvalidInputError("refine_points must be <= 1,000,000")
 
     def _fine_stages(self) -> list[dict]:
         """Per fine stage, its `FINE_STAGE_SETTINGS` (tuples give one entry per stage, scalars serve all)."""

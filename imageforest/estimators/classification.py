@@ -176,5 +176,8 @@ class ClassificationForest(BaseForest):
         classes = arrays["classes"]
         if post.shape != (self.forest_.n_leaves, classes.size) or classes.size < 2:
             raise ModelFormatError("leaf posteriors do not match the forest's leaves and classes")
+        if (not np.all(np.isfinite(post)) or np.any(post < 0) or np.any(post > 1)
+                or np.any(np.abs(post.sum(axis=1) - 1.0) > 1e-3)):
+            raise ModelFormatError("leaf posteriors are not probability distributions")
         self.leaf_posterior_ = post
         self.classes_ = classes

@@ -168,6 +168,11 @@ class RegressionForest(BaseForest):
         for key, shape in shapes.items():
             if key not in arrays or arrays[key].shape != shape:
                 raise ModelFormatError(f"leaf array '{key}' is missing or has the wrong shape")
+            if arrays[key].dtype.kind != "f" or not np.all(np.isfinite(arrays[key])):
+                raise ModelFormatError(f"leaf array '{key}' must hold finite floating-point numbers")
             setattr(self, key.replace("leaf.", "leaf_") + "_", np.ascontiguousarray(arrays[key], np.float64))
+        for key in ("leaf.cov", "leaf.noise"):
+            if key in shapes and np.any(np.diagonal(arrays[key], axis1=1, axis2=2) < 0):
+                raise ModelFormatError(f"leaf array '{key}' holds negative variances")
         self.n_outputs_ = d
         self._y_1d = bool(meta["y_1d"])

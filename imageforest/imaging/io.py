@@ -237,6 +237,8 @@ def read_image(path: str | os.PathLike) -> Image:
         ndim = 2
     if 0 in img.GetSize():
         raise _fail(path, f"is empty (size {img.GetSize()})")
+    if "complex" in img.GetPixelIDTypeAsString():
+        raise _fail(path, f"holds complex voxels ({img.GetPixelIDTypeAsString()}); imageforest reads real values")
     spacing = np.array(img.GetSpacing())
     if not np.all(np.isfinite(spacing)) or np.any(spacing <= 0):
         raise _fail(path, f"has invalid voxel spacing {tuple(spacing)}")

@@ -243,3 +243,39 @@ def test_random_byte_flips_end_in_a_model_or_a_model_format_error(tmp_path, data
         model.predict_proba(X[:5])  # whatever loaded must also run
         outcomes["loaded"] += 1
     assert outcomes["refused"] > 0
+
+
+def test_random_array_mutations_never_crash_the_reader(tmp_path, data):
+    """A fuzz of the arrays themselves (children, leaves, parameters, thresholds, leaf models, class names): each
+    mutated file is refused with ModelFormatError, or loads into a model whose predictions are probabilities."""
+    from imageforest import ImageForestError
+
+    X, y = data
+    good = tmp_path / "good.npz"
+    ClassificationForest(n_trees=3, max_depth=5, random_state=0).fit(X, y).save(good)
+    n_classes = np.unique(y).size
+    with np.load(good, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    names = sorted(k for k in arrays if k != "__metadata__" and arrays[k].dtype.kind in "biuf" and arrays[k].size)
+    specials = [-1, 0, 1, 2**31 - 1, -(2**31), 7, np.nan, np.inf, -np.inf, 1e30, -1e30, 0.5]
+    rng = np.random.default_rng(1)
+    refused = 0
+    for trial in range(200):
+        mutated = {k: v.copy() for k, v in arrays.items()}
+        name = names[int(rng.integers(len(names)))]
+        flat = mutated[name].reshape(-1)
+        for at in rng.integers(0, flat.size, int(rng.integers(1, 4))):
+            value = specials[int(rng.integers(len(specials)))]
+            with np.errstate(invalid="ignore", over="ignore"):
+                flat[at] = np.array(value).astype(flat.dtype) if flat.dtype.kind != "b" else bool(value == value)
+        path = tmp_path / f"m{trial}.npz"
+        np.savez(path, **mutated)
+        try:
+            model = ClassificationForest.load(path)
+            proba = model.predict_proba(X[:20])
+        except ImageForestError:
+            refused += 1
+            continue
+        assert proba.shape == (20, n_classes) and np.all(np.isfinite(proba))
+        assert np.all((proba >= 0) & (proba <= 1 + 1e-6))
+    assert refused > 0

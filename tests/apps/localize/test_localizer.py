@@ -436,3 +436,36 @@ def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp
         bad["hyper_parameters"][name] = value
         with pytest.raises(ModelFormatError, match=name):
             OrganLocalizer.load(write("bad.npz", bad, arrays))
+
+
+def test_random_array_mutations_of_a_localizer_file_never_crash_it(small_model, phantoms, tmp_path: Path):
+    """Fuzz of the localizer's arrays (all its forests and leaf tables): refused at load, or a localization whose
+    probabilities are probabilities and whose boxes are finite."""
+    from imageforest.exceptions import ImageForestError
+
+    small_model.save(tmp_path / "good.npz")
+    with np.load(tmp_path / "good.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    names = sorted(k for k in arrays if k != "__metadata__" and arrays[k].dtype.kind in "iuf" and arrays[k].size)
+    specials = [-1, 0, 3, 2**15 - 1, -(2**15), 1e4, -1e4, np.nan, np.inf]
+    rng = np.random.default_rng(2)
+    scan = phantoms[6][0]
+    refused = 0
+    for trial in range(30):
+        mutated = dict(arrays)
+        name = names[int(rng.integers(len(names)))]
+        flat = mutated[name].copy().reshape(-1)
+        for at in rng.integers(0, flat.size, int(rng.integers(1, 4))):
+            with np.errstate(invalid="ignore", over="ignore"):
+                flat[at] = np.array(specials[int(rng.integers(len(specials)))]).astype(flat.dtype)
+        mutated[name] = flat.reshape(arrays[name].shape)
+        np.savez(tmp_path / f"m{trial}.npz", **mutated)
+        try:
+            result = OrganLocalizer.load(tmp_path / f"m{trial}.npz").localize(scan)
+        except ImageForestError:
+            refused += 1
+            continue
+        for organ in result.organs:
+            assert 0.0 <= organ.probability <= 1.0
+            assert not organ.present or np.all(np.isfinite(organ.box_mm))
+    assert refused > 0
