@@ -33,6 +33,14 @@ PLANAR_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 SPACING_MM = (1e-3, 1e3)  # voxel sizes read outside this range are refused (a header error, not an image)
 
 
+def max_voxels() -> int:
+    """Voxels `read_image` reads at most (default 2^30, 2 GB of int16): IMAGEFOREST_MAX_VOXELS raises it."""
+    try:
+        return int(os.environ.get("IMAGEFOREST_MAX_VOXELS", 1 << 30))
+    except ValueError:
+        return 1 << 30
+
+
 class ImageReadError(ImageForestError, ValueError):
     """An image file cannot be used: the message names the file and the problem."""
 
@@ -219,6 +227,13 @@ def read_image(path: str | os.PathLike) -> Image:
             problem = _nifti_truncation(path)
             if problem:
                 raise _fail(path, problem)
+            header = sitk.ImageFileReader()
+            header.SetFileName(str(path))
+            header.ReadImageInformation()  # the size, before any voxel is allocated
+            count = float(np.prod(header.GetSize())) * header.GetNumberOfComponents()
+            if count > max_voxels():
+                raise _fail(path, f"declares {' x '.join(map(str, header.GetSize()))} voxels, over the "
+                                  f"{max_voxels() / 1e6:.0f} million read at most (IMAGEFOREST_MAX_VOXELS)")
             img = sitk.ReadImage(str(path))
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()

@@ -188,3 +188,29 @@ def test_a_damaged_deflate_stream_with_an_intact_trailer_is_refused(tmp_path):
     with pytest.raises(ImageReadError, match="damaged"):
         read_image(tmp_path / "bad.nii.gz")
     assert read_image(tmp_path / "ok.nii.gz").array.shape == (20, 30, 40)
+
+
+def test_a_header_declaring_billions_of_voxels_is_refused_before_reading(tmp_path):
+    """A small file whose header declares 1600 x 1600 x 1000 voxels: refused from the header (no 5 GB
+    allocation)."""
+    import gzip
+    import struct
+
+    import SimpleITK as sitk
+
+    from imageforest.imaging.io import ImageReadError, read_image
+
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((4, 5, 6), np.int16)), str(tmp_path / "ok.nii"))
+    raw = bytearray((tmp_path / "ok.nii").read_bytes())
+    raw[40:56] = struct.pack("<8h", 3, 1600, 1600, 1000, 1, 1, 1, 1)
+    (tmp_path / "big.nii").write_bytes(bytes(raw))
+    with pytest.raises(ImageReadError):  # truncated against its header, or over the voxel cap
+        read_image(tmp_path / "big.nii")
+    (tmp_path / "big.nii.gz").write_bytes(gzip.compress(bytes(raw)))
+    with pytest.raises(ImageReadError):
+        read_image(tmp_path / "big.nii.gz")
+    sitk.WriteImage(sitk.GetImageFromArray(np.zeros((4, 5, 6), np.int16)), str(tmp_path / "ok.mha"))
+    text = (tmp_path / "ok.mha").read_bytes().replace(b"DimSize = 6 5 4", b"DimSize = 1600 1600 1000")
+    (tmp_path / "big.mha").write_bytes(text)
+    with pytest.raises(ImageReadError, match="over the"):
+        read_image(tmp_path / "big.mha")
