@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
 	touch $(STAMP)
 
+# Both cores, each test module on one worker so that its module fixtures (trained models) are built once.
 test: install
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The main job: localize the organs of a generated head-and-neck phantom with the shipped default model.
 demo: install

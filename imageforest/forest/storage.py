@@ -231,7 +231,9 @@ class ForestArrays:
             key = prefix + name
             if key not in arrays:
                 raise ModelFormatError(f"model file lacks the array '{key}'")
-            values[name] = np.ascontiguousarray(arrays[key], dtype=dtype)
+            if arrays[key].dtype != dtype:  # written with exactly these types: another is a damaged or forged file
+                raise ModelFormatError(f"model array '{key}' has dtype {arrays[key].dtype}, not {np.dtype(dtype)}")
+            values[name] = np.ascontiguousarray(arrays[key])
         forest = cls(**values)
         forest.validate()
         return forest
