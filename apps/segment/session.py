@@ -138,7 +138,7 @@ class SegmentationSession:
                                     f"a single class ({classes[0]})") + "; paint at least two classes")
         timing = {}
         t0 = time.perf_counter()
-        train = self._training_pixels(index, flat[index])
+        train = self._training_pixels(index)
         forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
         p_forest = forest.pixel_posterior(self.prepared)
         t1 = time.perf_counter()
@@ -173,12 +173,13 @@ class SegmentationSession:
         forest = SegmentationForest(**self.settings.get_params())
         return forest
 
-    def _training_pixels(self, index: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """At most `max_training_pixels` of the scribbled pixels, the same share of every class (a fixed draw)."""
-        if index.size <= self.max_training_pixels:
+    def _training_pixels(self, index: np.ndarray, limit: int | None = None) -> np.ndarray:
+        """About `limit` (default `max_training_pixels`) of the pixels `index`, each kept with the same chance (so
+        every class keeps its share), by a fixed draw."""
+        limit = self.max_training_pixels if limit is None else limit
+        if index.size <= limit:
             return index
-        rng = np.random.default_rng(0)
-        keep = rng.random(index.size) < self.max_training_pixels / index.size
+        keep = np.random.default_rng(0).random(index.size) < limit / index.size
         return index[keep]
 
     def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -236,11 +237,8 @@ class SegmentationSession:
         labels = self.result.labels.ravel()
         sure = np.flatnonzero((self.result.probabilities.reshape(flat.size, -1).max(axis=1) >= confidence)
                               & (flat == 0))
-        rng = np.random.default_rng(0)
-        budget = max(self.max_training_pixels - min(scribbled.size, self.max_training_pixels // 2), 0)
-        if sure.size > budget:
-            sure = np.sort(rng.choice(sure, budget, replace=False))
-        scribbled = self._training_pixels(scribbled, flat[scribbled])
+        scribbled = self._training_pixels(scribbled, self.max_training_pixels // 2)
+        sure = self._training_pixels(sure, self.max_training_pixels - scribbled.size)
         index = np.concatenate([scribbled, sure])
         values = np.concatenate([flat[scribbled], labels[sure].astype(np.int64)])
         weight = np.concatenate([np.full(scribbled.size, 3.0), np.ones(sure.size)])
