@@ -35,7 +35,14 @@ from typing import ClassVar
 import numba
 import numpy as np
 
-from imageforest.apps.localize.refine import FineSource, PlainTrees, WallRefiner, training_region
+from imageforest.apps.localize.refine import (
+    COV_MAX,
+    MIN_LEAF_VOTERS,
+    FineSource,
+    PlainTrees,
+    WallRefiner,
+    training_region,
+)
 from imageforest.apps.localize.scans import (
     AIR_HU,
     WALL_AXIS,
@@ -61,9 +68,7 @@ TRIU = np.triu_indices(6)
 TRIU_DIAGONAL = TRIU[0] == TRIU[1]
 TRIU_PAIRS = (TRIU[0][~TRIU_DIAGONAL], TRIU[1][~TRIU_DIAGONAL])
 SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor around max_spread_mm
-MIN_LEAF_VOTERS = 3  # a leaf votes for an organ when at least this many of its training voxels saw the organ
 PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
-COV_MAX = 65000.0  # mm^2: covariances are stored as float16; larger spreads (std > 250 mm) carry no position
 MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 # Settings of the fine stages that may differ from stage to stage (a scalar applies to every stage).
 FINE_STAGE_SETTINGS = ("refine_trees", "refine_min_samples_leaf", "refine_margin_mm", "refine_reach_mm",

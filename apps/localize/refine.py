@@ -27,7 +27,9 @@ from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import Votes, ranked_medians, ranked_order
 
-MIN_LEAF_VOTERS = 3  # leaves with fewer training voxels do not vote
+# Shared by every stage of the localizer (`imageforest.apps.localize.model` imports them from here):
+MIN_LEAF_VOTERS = 3  # a leaf votes when at least this many of its training voxels saw the organ
+COV_MAX = 65000.0  # mm^2: (co)variances are stored as float16; larger spreads (std > 250 mm) carry no position
 
 
 @dataclass
@@ -173,9 +175,9 @@ class WallRefiner(PlainTrees):
         count, mean, var = grown.leaf_moments(y)
         self.leaf_count_ = count.astype(np.float32)
         # float16 halves the file: steps are <= 0.06 mm for displacements below 128 mm; variances beyond
-        # 65000 mm^2 (std 255 mm) would not vote anyway.
+        # COV_MAX (std 255 mm) would not vote anyway.
         self.leaf_mean_ = mean.astype(np.float16)
-        self.leaf_var_ = np.minimum(var, 65000.0).astype(np.float16)
+        self.leaf_var_ = np.minimum(var, COV_MAX).astype(np.float16)
         self._derive()
         return self
 
