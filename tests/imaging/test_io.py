@@ -156,6 +156,12 @@ def test_headers_itk_would_repair_silently_are_refused(tmp_path):
         (tmp_path / f"{name}.nii.gz").write_bytes(gzip.compress(bytes(bad)))
         with pytest.raises(ImageReadError, match="invalid voxel spacing"):
             read_image(tmp_path / f"{name}.nii.gz")
+    for value in (float("nan"), float("inf")):
+        bad = bytearray(raw)
+        bad[108:112] = struct.pack("<f", value)  # vox_offset, where the voxels start
+        (tmp_path / "offset.nii").write_bytes(bytes(bad))
+        with pytest.raises(ImageReadError, match="voxel-data offset"):
+            read_image(tmp_path / "offset.nii")
     nan = np.zeros((4, 5, 6), np.float32)
     nan[1, 2, 3] = np.nan
     sitk.WriteImage(sitk.GetImageFromArray(nan), str(tmp_path / "nan_voxel.nii.gz"))
