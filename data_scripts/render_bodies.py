@@ -131,7 +131,7 @@ def primitives(p: np.ndarray, H: float) -> tuple[np.ndarray, np.ndarray, np.ndar
     return ends, radii, codes
 
 
-@njit(cache=True)
+@njit  # not cached on disk: a script loaded under different module names would share one cache entry
 def _hit(ox, oy, oz, dx, dy, dz, ax, ay, az, bx, by, bz, r):  # pragma: no cover - numba
     """Nearest ray parameter s > 0 where the ray o + s d meets the capsule a-b of radius r, and t along a-b
     (inf when it misses). Scalars only: the kernel runs per pixel and primitive."""
@@ -165,7 +165,7 @@ def _hit(ox, oy, oz, dx, dy, dz, ax, ay, az, bx, by, bz, r):  # pragma: no cover
     return best, best_t
 
 
-@njit(cache=True)
+@njit  # not cached on disk: a script loaded under different module names would share one cache entry
 def _cast(ends, radii, codes, origin, rot, fx, fy, cx, cy, width, height, mid_y, left_axis, head_c, depth,
           parts):  # pragma: no cover - numba
     """Ray-cast every pixel against the capsules (z-buffer: the nearest hit wins): depth along the optical axis

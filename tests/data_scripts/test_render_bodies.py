@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "data_scripts" / "render_bodies.p
 
 @pytest.fixture(scope="module")
 def rb():
-    spec = importlib.util.spec_from_file_location("render_bodies", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    # imported by name from its folder (not from a file spec): numba's cache finds its kernels again that way
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        return importlib.import_module("render_bodies")
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
 
 
 def test_renders_are_deterministic_and_consistent(rb):
