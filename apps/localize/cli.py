@@ -66,8 +66,8 @@ def _resolved(path: Path, what: str) -> Path:
 def _plan_outputs(target: Path | None, scans: list[Path], stems: list[str], suffix: str, what: str
                   ) -> list[Path | None]:
     """Each scan's output path for one option (None without it), refusing every destination that would lose or
-    damage something: an input, a folder, a device or FIFO, a missing or unwritable folder. With several scans the
-    target is a folder, created when missing."""
+    damage something (`_check_destination`; /dev/null and other character devices are written into). With
+    several scans the target is a folder, created when missing."""
     if target is None:
         return [None] * len(scans)
     many = len(scans) > 1
@@ -83,18 +83,25 @@ def _plan_outputs(target: Path | None, scans: list[Path], stems: list[str], suff
         paths = [target]
     inputs = {_resolved(p, what) for p in scans}
     for path in paths:
-        folder = path.parent
-        if not folder.is_dir():
-            raise _fail(f"{what}: the folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            raise _fail(f"{what}: the folder {folder} is not writable")
-        if _resolved(path, what) in inputs:
-            raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
-        if path.is_dir():
-            raise _fail(f"{what}: {path} is a folder; give a file name")
-        if path.exists() and not path.is_file() and not path.is_char_device():
-            raise _fail(f"{what}: {path} is not a regular file or a device like /dev/null (a pipe?); refusing it")
+        _check_destination(path, inputs, what, devices=True)
     return paths
+
+
+def _check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -> None:
+    """Refuse one output path that is an input, a folder, in a missing or unwritable folder, or neither a regular
+    file nor (with `devices`) a character device such as /dev/null."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise _fail(f"{what}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise _fail(f"{what}: the folder {folder} is not writable")
+    if _resolved(path, what) in inputs:
+        raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
+    if path.is_dir():
+        raise _fail(f"{what}: {path} is a folder; give a file name")
+    if path.exists() and not path.is_file() and not (devices and path.is_char_device()):
+        raise _fail(f"{what}: {path} is not a regular file" + (" or a device like /dev/null (a pipe?)" if devices
+                                                               else "") + "; refusing it")
 
 
 @click.command()
@@ -203,15 +210,6 @@ def model_info(model_path: Path | None, as_json: bool) -> None:
     click.echo("settings: " + ", ".join(f"{k}={v}" for k, v in card["settings"].items()))
 
 
-def _check_model_destination(out: Path) -> None:
-    if not out.parent.is_dir():
-        raise _fail(f"--out: the folder {out.parent} does not exist")
-    if not os.access(out.parent, os.W_OK):
-        raise _fail(f"--out: the folder {out.parent} is not writable")
-    if out.is_dir() or (out.exists() and not out.is_file()):
-        raise _fail(f"--out: {out} is not a regular file name")
-
-
 @click.command("train-localizer")
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
@@ -233,7 +231,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
     name are the default model's (`apps/localize/recipe.py`)."""
-    _check_model_destination(out)
+    _check_destination(out, set(), "--out", devices=False)
     try:
         from imageforest.apps.localize.training import train_from_folder
 

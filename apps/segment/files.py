@@ -8,14 +8,16 @@ folder first and is renamed over the target, so a failed write leaves no partial
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from imageforest.exceptions import InvalidInputError
+from imageforest.forest.serialization import atomic_write as write_atomically
 from imageforest.imaging.io import Image, read_image, write_image
 
 PICTURE_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
@@ -73,22 +75,13 @@ def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """Call write(temporary path) in the destination's folder, then rename it over `path`."""
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """`imageforest.forest.serialization.atomic_write` (a temporary file renamed into place), with a missing
+    folder reported as bad input."""
     path = Path(path)
     if not path.parent.is_dir():
         raise InvalidInputError(f"{path}: the folder {path.parent} does not exist")
-    suffix = _suffix(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, write)
 
 
 def _like(array: np.ndarray, image: Image) -> Image:
@@ -108,7 +101,7 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
         if labels.max() > 255 and suffix == ".bmp":
             raise InvalidInputError(f"{path}: labels above 255 need PNG or TIFF")
         arr = labels.astype(np.uint8 if labels.max() <= 255 else np.uint16)
-        atomic_write(path, lambda tmp: PILImage.fromarray(arr).save(tmp, format=_pil_format(suffix)))
+        atomic_write(path, lambda fh: PILImage.fromarray(arr).save(fh, format=_pil_format(suffix)))
         return
     if suffix not in VOLUME_SUFFIXES:
         raise InvalidInputError(f"{path}: write a volume's mask as {', '.join(VOLUME_SUFFIXES)}")
@@ -123,22 +116,29 @@ def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None
     suffix = _suffix(path)
     values = np.asarray(values, dtype=np.float32)
     if suffix == ".npy":
-        atomic_write(path, lambda tmp: np.save(tmp, values, allow_pickle=False))
+        atomic_write(path, lambda fh: np.save(fh, values, allow_pickle=False))
     elif image.ndim == 2 and suffix in (".tif", ".tiff"):
         import tifffile
 
-        atomic_write(path, lambda tmp: tifffile.imwrite(tmp, values))
+        atomic_write(path, lambda fh: fh.write(_tiff_bytes(values, tifffile)))
     elif image.ndim == 2 and suffix == ".png" and values.ndim == 2:
         from PIL import Image as PILImage
 
         top = float(values.max()) if values.size and values.max() > 0 else 1.0
         scaled = np.round(values / top * 255.0).astype(np.uint8)
-        atomic_write(path, lambda tmp: PILImage.fromarray(scaled).save(tmp, format="PNG"))
+        atomic_write(path, lambda fh: PILImage.fromarray(scaled).save(fh, format="PNG"))
     elif image.ndim == 3 and suffix in VOLUME_SUFFIXES:
         write_image(_like(values, image), path)
     else:
         kinds = ".npy, .tif" + (", .png (a scalar map)" if image.ndim == 2 else ", " + ", ".join(VOLUME_SUFFIXES))
         raise InvalidInputError(f"{path}: write this map as {kinds}")
+
+
+def _tiff_bytes(values: np.ndarray, tifffile) -> bytes:
+    """A float TIFF in memory: tifffile wants a named file, and the atomic writer hands out an unnamed one."""
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, values)
+    return buf.getvalue()
 
 
 def _pil_format(suffix: str) -> str:

@@ -12,7 +12,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from imageforest.apps.segment.features import KINDS, PreparedImage, n_features, prepare
+from imageforest.apps.segment.features import (
+    KINDS,
+    PLANAR_SCALES,
+    VOLUME_SCALES_MM,
+    PreparedImage,
+    n_features,
+    prepare,
+)
 from imageforest.apps.segment.regularize import graph_cut
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.params import Real, Rule
@@ -116,8 +123,7 @@ class SegmentationForest(ClassificationForest):
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut."""
         self._check_fitted()
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
-        self.check_image(prepared)
-        p = self.pixel_posterior(prepared).astype(np.float32)
+        p = self.pixel_posterior(prepared).astype(np.float32)  # checks the image fits the model
         grid = p.reshape(*prepared.guide.shape[:3], -1)
         idx = graph_cut(grid, prepared.guide, prepared.spacing, float(self.smoothness))
         shape = prepared.shape
@@ -144,8 +150,6 @@ class SegmentationForest(ClassificationForest):
         kind, channels = meta.get("image_kind"), meta.get("n_channels")
         if kind not in KINDS or not isinstance(channels, int) or not 1 <= channels <= 4:
             raise ModelFormatError("the model does not say which images it segments (image_kind, n_channels)")
-        from imageforest.apps.segment.features import PLANAR_SCALES, VOLUME_SCALES_MM
-
         scales = VOLUME_SCALES_MM if kind == "volume" else PLANAR_SCALES
         if self.n_features_in_ != n_features(kind, channels, len(scales)):
             raise ModelFormatError(f"the model reads {self.n_features_in_} features; {kind} images with "

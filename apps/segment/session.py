@@ -85,7 +85,6 @@ class SegmentationSession:
         self.max_training_pixels = max_training_pixels
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
         self.result: Segmentation | None = None
-        self._forest: SegmentationForest | None = None
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
 
@@ -162,7 +161,6 @@ class SegmentationSession:
         idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
                         self.smoothness, fixed.reshape(grid), edges=self._edges[1] if self._edges else None)
         timing["graph_cut"] = time.perf_counter() - t2
-        self._forest = forest
         shape = self.shape
         self.result = Segmentation(classes[idx].reshape(shape).astype(label_dtype(classes)),
                                    pooled.astype(np.float32).reshape(*shape, classes.size),
@@ -170,8 +168,7 @@ class SegmentationSession:
         return self.result
 
     def _new_forest(self) -> SegmentationForest:
-        forest = SegmentationForest(**self.settings.get_params())
-        return forest
+        return SegmentationForest(**self.settings.get_params())
 
     def _training_pixels(self, index: np.ndarray, limit: int | None = None) -> np.ndarray:
         """About `limit` (default `max_training_pixels`) of the pixels `index`, each kept with the same chance (so

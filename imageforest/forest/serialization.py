@@ -31,10 +31,11 @@ MAX_METADATA_DEPTH = 64
 ARRAY_KINDS = "biufU"  # booleans, integers, floats, fixed-width strings (class names); never objects
 
 
-def _umask() -> int:
+def file_mode() -> int:
+    """The permissions a plain open() would give a new file (mkstemp makes 0600 ones)."""
     mask = os.umask(0)
     os.umask(mask)
-    return mask
+    return 0o666 & ~mask
 
 
 def is_char_device(path: Path) -> bool:
@@ -58,7 +59,7 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the permissions a plain open() would
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -25,7 +25,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from imageforest.exceptions import ImageForestError
-from imageforest.forest.serialization import is_char_device
+from imageforest.forest.serialization import file_mode, is_char_device
 
 log = logging.getLogger(__name__)
 
@@ -291,9 +291,7 @@ def write_image(image: Image, path: str | os.PathLike) -> None:
                 dst.write(src.read())
             os.unlink(tmp)
             return
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600 files: give the permissions a plain open() would
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

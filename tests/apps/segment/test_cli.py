@@ -48,6 +48,12 @@ def test_scribbles_to_mask_maps_and_model(files):
     proba = np.load(root / "p.npy")
     assert proba.shape == (*disc.shape, 2) and np.allclose(proba.sum(-1), 1, atol=1e-5)
     assert np.array(PILImage.open(root / "u.png")).shape == disc.shape
+    r = run("segment", root / "pic.png", "--scribbles", root / "scribbles.png", "-o", root / "mask2.png",
+            "--proba", root / "p.tif", "--uncertainty", root / "u.tif")
+    assert r.exit_code == 0, r.output
+    import tifffile
+
+    assert np.allclose(tifffile.imread(root / "p.tif"), proba) and tifffile.imread(root / "u.tif").shape == disc.shape
     r = run("segment", root / "other.png", "--model", root / "m.npz", "-o", root / "other_mask.tif")
     assert r.exit_code == 0, r.output
     assert set(np.unique(np.array(PILImage.open(root / "other_mask.tif")))) <= {1, 2}
