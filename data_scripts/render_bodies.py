@@ -7,10 +7,12 @@ Shotton et al., "Real-time human pose recognition in parts from single depth ima
 skeleton of 20 joints (pelvis, chest, neck, head, and per side shoulder, elbow, wrist, hand tip, hip, knee, ankle,
 toe), limbs and torso as capsules and the head as a sphere, ray-cast with a z-buffer (nearest hit wins, so limbs
 occlude each other), labelled with the paper's 31 parts. Each image draws a random pose within joint limits, a
-body size from child to large adult (1.1-1.95 m), a camera 1.5-4 m away at 0.8-1.6 m height aimed at the body with
-a tilt of up to 5 degrees (at 1.5 m a tall body overflows the Kinect-like 45-degree field of view, as it would), and
-a depth sensor's noise (depth quantisation growing with the square of the distance, as a structured-light sensor's
-disparity steps do, and missing pixels along silhouettes).
+turn of the body about the vertical of up to 90 degrees either way from facing the sensor (a Kinect user faces it;
+a capsule body seen from behind has no cue to tell its left from its right), a body size from child to large adult
+(1.1-1.95 m), a camera 1.5-4 m away at 0.8-1.6 m height aimed at the body with a tilt of up to 5 degrees (at 1.5 m
+a tall body overflows the Kinect-like 45-degree field of view, as it would), and a depth sensor's noise (depth
+quantisation growing with the square of the distance, as a structured-light sensor's disparity steps do,
+and missing pixels along silhouettes).
 
 Per image, in DIR: `body_NNNNN_depth.png` (uint16, mm, 0 = background), `body_NNNNN_parts.png` (uint8, part
 number 1-31 in `PARTS` order, 0 = background) and `body_NNNNN_joints.json` (per joint: 3-D camera mm, 2-D pixel,
@@ -208,7 +210,7 @@ def _cast(ends, radii, codes, origin, rot, fx, fy, cx, cy, width, height, mid_y,
 def render(rng: np.random.Generator, width: int = 320, height: int = 240) -> tuple[np.ndarray, np.ndarray, dict]:
     """One body: depth (height, width) uint16 mm, parts (height, width) uint8, joints document."""
     p, H = pose_joints(rng)
-    yaw = rng.uniform(0, 2 * np.pi)
+    yaw = rng.uniform(-0.5 * np.pi, 0.5 * np.pi)  # a user faces the sensor, turned up to side-on
     body = _rot("y", yaw)
     world = p @ body.T  # the body turned about the vertical
     ends, radii, codes = primitives(world, H)
