@@ -5,14 +5,14 @@
 No small public data set of depth bodies with part labels and joints exists, so this renders one, in the manner of
 Shotton et al., "Real-time human pose recognition in parts from single depth images", CVPR 2011: an articulated
 skeleton of 20 joints (pelvis, chest, neck, head, and per side shoulder, elbow, wrist, hand tip, hip, knee, ankle,
-toe), limbs and torso as capsules and the head as a sphere, ray-cast with a z-buffer (nearest hit wins, so limbs
-occlude each other), labelled with the paper's 31 parts. Each image draws a random pose within joint limits, a
-turn of the body about the vertical of up to 90 degrees either way from facing the sensor (a Kinect user faces it;
-a capsule body seen from behind has no cue to tell its left from its right), a body size from child to large adult
-(1.1-1.95 m), a camera 1.5-4 m away at 0.8-1.6 m height aimed at the body with a tilt of up to 5 degrees (at 1.5 m
-a tall body overflows the Kinect-like 45-degree field of view, as it would), and a depth sensor's noise (depth
-quantisation growing with the square of the distance, as a structured-light sensor's disparity steps do,
-and missing pixels along silhouettes).
+toe; the joints JSON adds the centres of hands and feet), limbs and torso as capsules and the head as a sphere, ray-
+cast with a z-buffer (nearest hit wins, so limbs occlude each other), labelled with the paper's 31 parts. Each image
+draws a random pose within joint limits, a turn of the body about the vertical of up to 90 degrees either way from
+facing the sensor (a Kinect user faces it; a capsule body seen from behind has no cue to tell its left from its
+right), a body size from child to large adult (1.1-1.95 m), a camera 1.5-4 m away at 0.8-1.6 m height aimed at the
+body with a tilt of up to 5 degrees (at 1.5 m a tall body overflows the Kinect-like 45-degree field of view, as it
+would), and a depth sensor's noise (depth quantisation growing with the square of the distance, as a structured-
+light sensor's disparity steps do, and missing pixels along silhouettes).
 
 Per image, in DIR: `body_NNNNN_depth.png` (uint16, mm, 0 = background), `body_NNNNN_parts.png` (uint8, part
 number 1-31 in `PARTS` order, 0 = background) and `body_NNNNN_joints.json` (per joint: 3-D camera mm, 2-D pixel,
@@ -41,8 +41,8 @@ PARTS = (
 )
 PART = {name: k + 1 for k, name in enumerate(PARTS)}  # 0 is background
 JOINTS = ("pelvis", "chest", "neck", "head",
-          "shoulder_left", "elbow_left", "wrist_left", "hand_left", "shoulder_right", "elbow_right", "wrist_right",
-          "hand_right", "hip_left", "knee_left", "ankle_left", "toe_left", "hip_right", "knee_right", "ankle_right",
+          "shoulder_left", "elbow_left", "wrist_left", "hand_tip_left", "shoulder_right", "elbow_right", "wrist_right",
+          "hand_tip_right", "hip_left", "knee_left", "ankle_left", "toe_left", "hip_right", "knee_right", "ankle_right",
           "toe_right")
 J = {name: k for k, name in enumerate(JOINTS)}
 
@@ -88,8 +88,8 @@ def pose_joints(rng: np.random.Generator) -> tuple[np.ndarray, float]:
         shin = leg @ _rot("x", d(rng.uniform(0, 130)))
         ankle = knee + shin @ np.array([0, -0.23 * H, 0])
         toe = ankle + shin @ np.array([0, -0.03 * H, 0.11 * H])
-        for name, v in (("shoulder", shoulder), ("elbow", elbow), ("wrist", wrist), ("hand", hand), ("hip", hip),
-                        ("knee", knee), ("ankle", ankle), ("toe", toe)):
+        for name, v in (("shoulder", shoulder), ("elbow", elbow), ("wrist", wrist), ("hand_tip", hand),
+                        ("hip", hip), ("knee", knee), ("ankle", ankle), ("toe", toe)):
             p[J[f"{name}_{side}"]] = v
     p[:, 1] -= p[:, 1].min()  # the lowest point on the floor
     return p, H
@@ -109,7 +109,7 @@ def primitives(p: np.ndarray, H: float) -> tuple[np.ndarray, np.ndarray, np.ndar
             1.0, PART[f"elbow_{side}"])
         cap(f"elbow_{side}", f"wrist_{side}", 0.025, 0.1, PART[f"elbow_{side}"], 0.85, PART[f"forearm_{side}"],
             1.0, PART[f"wrist_{side}"])
-        cap(f"wrist_{side}", f"hand_{side}", 0.022, 1.0, PART[f"hand_{side}"])
+        cap(f"wrist_{side}", f"hand_tip_{side}", 0.022, 1.0, PART[f"hand_{side}"])
         cap(f"hip_{side}", f"knee_{side}", 0.045, 0.15, PART[f"upper_leg_{side}"], 0.85, PART[f"upper_leg_{side}"],
             1.0, PART[f"knee_{side}"])
         cap(f"knee_{side}", f"ankle_{side}", 0.035, 0.1, PART[f"knee_{side}"], 0.88, PART[f"lower_leg_{side}"],
@@ -244,8 +244,12 @@ def render(rng: np.random.Generator, width: int = 320, height: int = 240) -> tup
     mm[drop] = 0.0
     parts[drop] = 0
     cam = (world - origin) @ rot  # joints in camera coordinates (m)
+    # and the centres of hands and feet, the joints Shotton et al. propose for those parts
+    centres = [f"{part}_{side}" for part in ("hand", "foot") for side in ("left", "right")]
+    cam = np.concatenate([cam, [0.5 * (cam[J[f"wrist_{s}"]] + cam[J[f"hand_tip_{s}"]]) for s in ("left", "right")],
+                          [0.5 * (cam[J[f"ankle_{s}"]] + cam[J[f"toe_{s}"]]) for s in ("left", "right")]])
     joints = {}
-    for name, (x, y, z) in zip(JOINTS, cam, strict=True):
+    for name, (x, y, z) in zip(JOINTS + tuple(centres), cam, strict=True):
         u, v = f * x / z + width / 2.0, f * y / z + height / 2.0
         inside = 0 <= u < width and 0 <= v < height
         seen = bool(inside and mm[int(v), int(u)] > 0 and mm[int(v), int(u)] > z * 1000.0 - 0.12 * H * 1000.0)

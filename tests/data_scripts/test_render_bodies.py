@@ -35,7 +35,8 @@ def test_renders_are_deterministic_and_consistent(rb):
         body = depth[depth > 0]
         assert body.size > 300 and 1000 < np.median(body) < 4500  # mm, the camera 1.5-4 m away
         seen |= set(np.unique(parts[parts > 0]).tolist())
-        assert set(doc["joints"]) == set(rb.JOINTS) and len(doc["parts"]) == 31
+        centres = {f"{p}_{s}" for p in ("hand", "foot") for s in ("left", "right")}
+        assert set(doc["joints"]) == set(rb.JOINTS) | centres and len(doc["parts"]) == 31
         for joint in doc["joints"].values():
             u, v = joint["pixel"]
             if joint["visible"]:
