@@ -16,6 +16,8 @@ APP_COMMANDS = {
     "train-localizer": "imageforest.apps.localize.cli",
     "model-info": "imageforest.apps.localize.cli",
     "segment": "imageforest.apps.segment.cli",
+    "bodyparts": "imageforest.apps.bodyparts.cli",
+    "train-bodyparts": "imageforest.apps.bodyparts.cli",
 }
 
 

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import click
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
+from imageforest.outputs import check_destination, output_stems, plan_outputs
 
 
 def _split_names(value: str | None) -> list[str] | None:
@@ -31,77 +31,6 @@ def _split_names(value: str | None) -> list[str] | None:
 
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
 MASK_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
-
-
-def _stem(scan: Path) -> str:
-    name = scan.name
-    for ext in SCAN_SUFFIXES:
-        if name.lower().endswith(ext):
-            return name[: -len(ext)]
-    return name
-
-
-def _stems(scans: list[Path]) -> list[str]:
-    """One output name per scan: its file stem, prefixed with its folder's name where two scans share a stem
-    (p1/ct.nii.gz and p2/ct.nii.gz become p1_ct and p2_ct), numbered where even that is not enough."""
-    stems = [_stem(s) for s in scans]
-    clash = {s for s in stems if stems.count(s) > 1}
-    named = [f"{scan.resolve().parent.name}_{stem}" if stem in clash else stem for scan, stem in zip(scans, stems,
-                                                                                                  strict=True)]
-    seen: dict[str, int] = {}
-    out = []
-    for name in named:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
-    return out
-
-
-def _resolved(path: Path, what: str) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError) as exc:  # a symbolic link loop
-        raise _fail(f"{what}: {path}: {exc}") from None
-
-
-def _plan_outputs(target: Path | None, scans: list[Path], stems: list[str], suffix: str, what: str
-                  ) -> list[Path | None]:
-    """Each scan's output path for one option (None without it), refusing every destination that would lose or
-    damage something (`_check_destination`; /dev/null and other character devices are written into). With
-    several scans the target is a folder, created when missing."""
-    if target is None:
-        return [None] * len(scans)
-    many = len(scans) > 1
-    if many:
-        if target.exists() and not target.is_dir():
-            raise _fail(f"{what}: {target} must be a folder when several scans are given")
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise _fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
-        paths = [target / f"{stem}{suffix}" for stem in stems]
-    else:
-        paths = [target]
-    inputs = {_resolved(p, what) for p in scans}
-    for path in paths:
-        _check_destination(path, inputs, what, devices=True)
-    return paths
-
-
-def _check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -> None:
-    """Refuse one output path that is an input, a folder, in a missing or unwritable folder, or neither a regular
-    file nor (with `devices`) a character device such as /dev/null."""
-    folder = path.parent
-    if not folder.is_dir():
-        raise _fail(f"{what}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise _fail(f"{what}: the folder {folder} is not writable")
-    if _resolved(path, what) in inputs:
-        raise _fail(f"{what}: {path} is an input scan; refusing to overwrite it")
-    if path.is_dir():
-        raise _fail(f"{what}: {path} is a folder; give a file name")
-    if path.exists() and not path.is_file() and not (devices and path.is_char_device()):
-        raise _fail(f"{what}: {path} is not a regular file" + (" or a device like /dev/null (a pipe?)" if devices
-                                                               else "") + "; refusing it")
 
 
 @click.command()
@@ -129,10 +58,10 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
         raise _fail(f"--overlay: {overlay}: the overlay is a .png")
     if threads is not None and threads < 1:
         raise _fail(f"--threads must be at least 1, got {threads}")
-    stems = _stems(scans_list)
-    plans = {"json": _plan_outputs(out, scans_list, stems, ".json", "--out"),
-             "overlay": _plan_outputs(overlay, scans_list, stems, "_overlay.png", "--overlay"),
-             "mask": _plan_outputs(mask, scans_list, stems, "_boxes.nii.gz", "--mask")}
+    stems = output_stems(scans_list, SCAN_SUFFIXES)
+    plans = {"json": plan_outputs(out, scans_list, stems, ".json", "--out"),
+             "overlay": plan_outputs(overlay, scans_list, stems, "_overlay.png", "--overlay"),
+             "mask": plan_outputs(mask, scans_list, stems, "_boxes.nii.gz", "--mask")}
     every = [p.resolve() for paths in plans.values() for p in paths if p is not None]
     if len(every) != len(set(every)):
         raise _fail("two outputs would go to the same file; give --out, --overlay and --mask different paths")
@@ -231,7 +160,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
     name are the default model's (`apps/localize/recipe.py`)."""
-    _check_destination(out, set(), "--out", devices=False)
+    check_destination(out, set(), "--out", devices=False)
     try:
         from imageforest.apps.localize.training import train_from_folder
 

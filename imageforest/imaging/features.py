@@ -388,7 +388,7 @@ def _depth_at(table, b, ny, nx, y, x, background):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _probe_response(row, table, base, shape, pt, background):  # pragma: no cover - numba
+def _probe_response(row, table, base, shape, pt, background, scale):  # pragma: no cover - numba
     img = pt[0]
     ny = shape[img, 1]
     nx = shape[img, 2]
@@ -396,8 +396,8 @@ def _probe_response(row, table, base, shape, pt, background):  # pragma: no cove
     y = pt[2]
     x = pt[3]
     # Offsets are divided by the reference depth: far bodies look smaller, so probes shrink with distance.
-    # Written as a product with 1/d exactly as in `_probe_apply`, so training and apply round identically.
-    inv = 1.0 / _depth_at(table, b, ny, nx, y, x, background)
+    # Written as a product with scale/d exactly as in `_probe_apply`, so training and apply round identically.
+    inv = scale / _depth_at(table, b, ny, nx, y, x, background)
     a = _depth_at(table, b, ny, nx, y + int(np.floor(row[0] * inv + 0.5)), x + int(np.floor(row[1] * inv + 0.5)),
                   background)
     c = _depth_at(table, b, ny, nx, y + int(np.floor(row[2] * inv + 0.5)), x + int(np.floor(row[3] * inv + 0.5)),
@@ -406,7 +406,7 @@ def _probe_response(row, table, base, shape, pt, background):  # pragma: no cove
 
 
 @njit(cache=True, parallel=True)
-def _probe_responses(table, base, shape, points, params, samples, pos_set, background):  # pragma: no cover
+def _probe_responses(table, base, shape, points, params, samples, pos_set, background, scale):  # pragma: no cover
     m_total = samples.shape[0]
     rho = params.shape[1]
     out = np.empty((rho, m_total), dtype=np.float32)
@@ -414,12 +414,12 @@ def _probe_responses(table, base, shape, points, params, samples, pos_set, backg
         pt = points[samples[m]]
         s = pos_set[m]
         for c in range(rho):
-            out[c, m] = np.float32(_probe_response(params[s, c], table, base, shape, pt, background))
+            out[c, m] = np.float32(_probe_response(params[s, c], table, base, shape, pt, background, scale))
     return out
 
 
 @njit(cache=True, parallel=True)
-def _probe_apply(table, base, shape, points, packed, tree_root, background, background_leaf):  # pragma: no cover
+def _probe_apply(table, base, shape, points, packed, tree_root, background, background_leaf, scale):  # pragma: no cover
     """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply).
 
     `background_leaf[t] >= 0` is tree t's leaf for any background reference pixel (see `DepthProbes.apply`).
@@ -440,7 +440,7 @@ def _probe_apply(table, base, shape, points, packed, tree_root, background, back
             if d == background and background_leaf[t] >= 0:
                 out[i, t] = background_leaf[t]
                 continue
-            inv = 1.0 / d
+            inv = scale / d
             node = root
             while packed[node, 0] >= 0.0:
                 ya = y + int(np.floor(packed[node, 4] * inv + 0.5))
@@ -467,18 +467,24 @@ class DepthProbes(FeatureFamily):
         Depth read for background and out-of-image probes (a large constant, far behind any body).
     unary_fraction : float
         Share of candidates with v = 0 (a probe compared with the reference depth itself).
+    offset_scale : float
+        Multiplies every offset at apply time: the ratio of a camera's focal length to the focal length of the
+        images the forest was trained on, so that a probe reaches the same distance in metres (not saved).
     """
 
     name = "depth_probe"
     param_width = 4
     n_features = 1
 
-    def __init__(self, max_offset: float = 100_000.0, background: float = 1e6, unary_fraction: float = 0.0) -> None:
-        if not max_offset > 0 or not background > 0 or not 0 <= unary_fraction <= 1:
-            raise InvalidInputError("max_offset and background must be positive, unary_fraction in [0, 1]")
+    def __init__(self, max_offset: float = 100_000.0, background: float = 1e6, unary_fraction: float = 0.0,
+                 offset_scale: float = 1.0) -> None:
+        if not max_offset > 0 or not background > 0 or not 0 <= unary_fraction <= 1 or not 0 < offset_scale < 1e3:
+            raise InvalidInputError("max_offset and background must be positive, unary_fraction in [0, 1], "
+                                    "offset_scale in (0, 1000)")
         self.max_offset = float(max_offset)
         self.background = float(background)
         self.unary_fraction = float(unary_fraction)
+        self.offset_scale = float(offset_scale)
 
     def prepare(self, images, channels=None) -> ImageStack:
         stack = ImageStack.from_images(images, integral=False)
@@ -496,13 +502,13 @@ class DepthProbes(FeatureFamily):
     def responses(self, data, params, samples, pos_set):
         stack, points = data
         return _probe_responses(stack.table, stack.base, stack.shape, points, params, samples, pos_set,
-                                self.background)
+                                self.background, self.offset_scale)
 
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
         table, roots = forest.packed()
         return _probe_apply(stack.table, stack.base, stack.shape, points, table, roots, self.background,
-                            self._background_leaves(table, roots))
+                            self._background_leaves(table, roots), self.offset_scale)
 
     def _background_leaves(self, table: np.ndarray, roots: np.ndarray) -> np.ndarray:
         """Each tree's leaf for background reference pixels, or -1 where it cannot be known in advance.
@@ -514,7 +520,7 @@ class DepthProbes(FeatureFamily):
         """
         out = np.full(roots.shape[0], -1, dtype=np.int32)
         split = table[:, 0] >= 0
-        if split.any() and np.abs(table[split, 4:8]).max() / self.background >= 0.5:
+        if split.any() and np.abs(table[split, 4:8]).max() * self.offset_scale / self.background >= 0.5:
             return out
         zero = np.float32(0.0)
         for t, node in enumerate(roots):  # once per tree per call, a path of at most max_depth nodes

@@ -108,7 +108,7 @@ def test_bad_inputs_end_with_one_line(workspace: Path, tmp_path: Path):
     scan = workspace / "data" / "ph0_ct.nii.gz"
     assert "does not exist" in one_line_error(run("localize", scan, "--model", model, "-o",
                                                   tmp_path / "nowhere" / "x.json"))
-    assert "input scan" in one_line_error(run("localize", scan, "--model", model, "--mask", scan))
+    assert "is an input;" in one_line_error(run("localize", scan, "--model", model, "--mask", scan))
     assert "unknown organ" in one_line_error(run("localize", scan, "--model", model, "--organs", "Liver"))
     assert "model" in one_line_error(run("localize", scan, "--model", corrupt)).lower()
     if os.geteuid() != 0:  # root writes anywhere
@@ -155,7 +155,7 @@ def test_nothing_is_lost_in_a_batch(workspace: Path, tmp_path: Path, monkeypatch
     shutil.copy(workspace / "data" / "ph2_ct.nii.gz", d / "a_boxes.nii.gz")
     before = (d / "a_boxes.nii.gz").read_bytes()
     line = one_line_error(run("localize", d / "a.nii.gz", d / "a_boxes.nii.gz", "--model", model, "--mask", d))
-    assert "is an input scan" in line and (d / "a_boxes.nii.gz").read_bytes() == before
+    assert "is an input;" in line and (d / "a_boxes.nii.gz").read_bytes() == before
 
     for k in (1, 2):
         (tmp_path / f"p{k}").mkdir()

@@ -1,0 +1,144 @@
+"""The body-parts commands, registered by the `imageforest` command on first use.
+
+    imageforest bodyparts DEPTH [DEPTH ...] -o OUT [--model M] [--overlay PNG] [--proba] [--fx F --fy F --cx C --cy C]
+    imageforest train-bodyparts DATA -o MODEL [--trees T] [--depth D] [--images N] [--pixels-per-image P] ...
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from imageforest.apps.bodyparts.depth import DEPTH_SUFFIXES
+from imageforest.cli import fail
+from imageforest.exceptions import ImageForestError
+from imageforest.outputs import check_destination, output_stems, plan_outputs, resolved
+
+
+@click.group()
+def commands() -> None:
+    """Body parts and joints from depth maps."""
+
+
+@commands.command()
+@click.argument("depths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True,
+              help="Folder for <name>_parts.png and <name>_joints.json per map (created when missing).")
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="Body-parts model (.npz); default: the shipped body model.")
+@click.option("--overlay", type=click.Path(path_type=Path), default=None,
+              help="PNG of depth, parts and joints (a folder for several maps).")
+@click.option("--proba", is_flag=True, help="Also write <name>_proba.npy: (height, width, parts) probabilities.")
+@click.option("--fx", type=float, default=None, help="Focal length in x (px); default Kinect-like, 570 at 640 wide.")
+@click.option("--fy", type=float, default=None, help="Focal length in y (px); default: fx.")
+@click.option("--cx", type=float, default=None, help="Principal point x (px); default: the width / 2.")
+@click.option("--cy", type=float, default=None, help="Principal point y (px); default: the height / 2.")
+@click.option("--threads", type=int, default=None, help="Threads for the forest (default: all cores).")
+def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, overlay: Path | None, proba: bool,
+              fx: float | None, fy: float | None, cx: float | None, cy: float | None, threads: int | None) -> None:
+    """Label every body pixel of DEPTH maps (16-bit PNG/TIFF in mm, or .npy) with its part, and propose joints."""
+    inputs = list(depths)
+    for path in inputs:
+        if path.suffix.lower() not in DEPTH_SUFFIXES:
+            raise fail(f"{path}: depth is read from {', '.join(DEPTH_SUFFIXES)} files")
+    if overlay is not None and len(inputs) == 1 and overlay.suffix.lower() != ".png":
+        raise fail(f"--overlay: {overlay}: the overlay is a .png")
+    if threads is not None and threads < 1:
+        raise fail(f"--threads must be at least 1, got {threads}")
+    if out.exists() and not out.is_dir():
+        raise fail(f"--out: {out} is a file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--out: cannot create the folder {out} ({exc.strerror or exc})") from None
+    stems = output_stems(inputs, tuple(f"_depth{s}" for s in DEPTH_SUFFIXES) + DEPTH_SUFFIXES)  # a_depth.png: a
+    plans = {"parts": [out / f"{s}_parts.png" for s in stems],
+             "joints": [out / f"{s}_joints.json" for s in stems],
+             "proba": [out / f"{s}_proba.npy" if proba else None for s in stems],
+             "overlay": plan_outputs(overlay, inputs, stems, "_overlay.png", "--overlay")}
+    sources = {resolved(p, "input") for p in inputs}
+    for path in plans["parts"] + plans["joints"] + [p for p in plans["proba"] if p is not None]:
+        check_destination(path, sources, "--out", devices=False)
+    every = [p.resolve() for paths in plans.values() for p in paths if p is not None]
+    if len(every) != len(set(every)):
+        raise fail("two outputs would go to the same file; give --out and --overlay different places")
+    camera = {k: v for k, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)) if v is not None}
+    try:
+        from imageforest.apps.bodyparts.api import load_body_model, parse_depth_file
+        from imageforest.apps.bodyparts.report import (
+            write_json,
+            write_overlay,
+            write_parts_png,
+            write_probabilities,
+        )
+
+        model = load_body_model(model_path)
+        if threads is not None:
+            model.n_jobs = threads
+    except (ImageForestError, OSError) as exc:
+        raise fail(str(exc)) from None
+    failures = 0
+    for k, path in enumerate(inputs):
+        t0 = time.perf_counter()
+        try:
+            document, result, depth = parse_depth_file(path, model, camera, probabilities=proba)
+            write_parts_png(result.labels, plans["parts"][k])
+            write_json(document, plans["joints"][k])
+            if plans["proba"][k] is not None:
+                write_probabilities(result.probabilities, plans["proba"][k])
+            if plans["overlay"][k] is not None:
+                write_overlay(depth, result, len(model.part_names_), plans["overlay"][k])
+        except (ImageForestError, OSError) as exc:
+            failures += 1
+            click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
+            continue
+        found = sum(bool(p) for p in result.joints.values())
+        click.echo(f"{path}: {document['body_pixels']} body pixels, {found}/{len(result.joints)} joints found, "
+                   f"{time.perf_counter() - t0:.3f} s -> {plans['parts'][k]}", err=True)
+    if failures:
+        raise SystemExit(1)
+
+
+@commands.command("train-bodyparts")
+@click.argument("data_dir", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
+@click.option("--trees", type=int, default=3, show_default=True, help="Trees T.")
+@click.option("--depth", type=int, default=20, show_default=True, help="Maximum depth D.")
+@click.option("--images", type=int, default=None, help="Train on the first N maps (default: all).")
+@click.option("--pixels-per-image", type=int, default=2000, show_default=True, help="Pixels drawn per map.")
+@click.option("--candidates", type=int, default=200, show_default=True, help="Probe candidates per node (rho).")
+@click.option("--reach", type=float, default=0.6, show_default=True, help="Farthest probe offset (m).")
+@click.option("--balanced", is_flag=True, help="Weigh parts equally (raises the mean per-part accuracy).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
+@click.option("--name", default="custom", show_default=True, help="Model name recorded in its card.")
+@click.option("--threads", type=int, default=None, help="Threads (default: all cores).")
+def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, images: int | None,
+                            pixels_per_image: int, candidates: int, reach: float, balanced: bool, seed: int,
+                            name: str, threads: int | None) -> None:
+    """Train a body-parts model on DATA: rendered bodies (data_scripts/render_bodies.py) or hand-depth-parts."""
+    if out.suffix.lower() != ".npz":
+        raise fail(f"-o: {out}: a model file ends in .npz")
+    check_destination(out, set(), "-o", devices=False)
+    for flag, value, least in (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
+                               ("--pixels-per-image", pixels_per_image, 1)):
+        if value < least:
+            raise fail(f"{flag} must be at least {least}, got {value}")
+    try:
+        from imageforest.apps.bodyparts.training import train_bodyparts
+
+        model, summary = train_bodyparts(data_dir, n_trees=trees, max_depth=depth, n_images=images,
+                                         pixels_per_image=pixels_per_image, n_candidates=candidates,
+                                         reach_m=reach, class_weight="balanced" if balanced else None,
+                                         random_state=seed, n_jobs=threads,
+                                         progress=lambda msg: click.echo(msg, err=True))
+        model.model_card_ = {"name": name, "trained_on": str(data_dir), **summary,
+                             "recipe": {"trees": trees, "depth": depth, "candidates": candidates,
+                                        "pixels_per_image": pixels_per_image, "reach_m": reach,
+                                        "balanced": balanced, "seed": seed}}
+        model.save(out)
+    except (ImageForestError, OSError) as exc:
+        raise fail(str(exc)) from None
+    click.echo(json.dumps({"model": str(out), **summary}), err=True)

@@ -1,0 +1,132 @@
+"""Depth maps in and camera geometry: reading a depth file, and pixels to 3-D camera coordinates.
+
+A depth map is (height, width) float32 in millimetres along the optical axis, 0 where the sensor saw nothing
+(background or a missing pixel). The camera is a pinhole with the principal point at (cx, cy) in a pixel
+convention where pixel column i spans [i, i + 1): its centre is at i + 0.5.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.io import ImageReadError
+
+# A Kinect-like depth camera: 57 degrees of horizontal field of view, so fx = fy = 570 px at 640 x 480.
+KINECT_FOCAL_640 = 570.0
+DEPTH_SUFFIXES = (".png", ".tif", ".tiff", ".npy")
+
+
+@dataclass(frozen=True)
+class Camera:
+    """Pinhole intrinsics in pixels of the depth map they describe."""
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+    @classmethod
+    def kinect(cls, width: int, height: int) -> Camera:
+        """The Kinect-like default for a map of this size (the focal length scales with the width)."""
+        f = KINECT_FOCAL_640 * width / 640.0
+        return cls(f, f, width / 2.0, height / 2.0)
+
+    @classmethod
+    def for_map(cls, shape: tuple[int, int], fx: float | None = None, fy: float | None = None,
+                cx: float | None = None, cy: float | None = None) -> Camera:
+        """The Kinect default for a (height, width) map with any of its values replaced."""
+        base = cls.kinect(shape[1], shape[0])
+        cam = cls(fx if fx is not None else base.fx, fy if fy is not None else (fx if fx is not None else base.fy),
+                  cx if cx is not None else base.cx, cy if cy is not None else base.cy)
+        if not all(np.isfinite(v) for v in (cam.fx, cam.fy, cam.cx, cam.cy)) or cam.fx <= 0 or cam.fy <= 0:
+            raise InvalidInputError(f"camera intrinsics must be finite with positive focal lengths, got {cam}")
+        return cam
+
+    def to_dict(self) -> dict[str, float]:
+        return {"fx": self.fx, "fy": self.fy, "cx": self.cx, "cy": self.cy}
+
+    def back_project(self, y: np.ndarray, x: np.ndarray, depth_mm: np.ndarray) -> np.ndarray:
+        """Pixels (row y, column x; their centres) at depth z mm -> (n, 3) camera mm (x right, y down, z ahead)."""
+        z = np.asarray(depth_mm, dtype=np.float64)
+        return np.stack([(np.asarray(x) + 0.5 - self.cx) * z / self.fx,
+                         (np.asarray(y) + 0.5 - self.cy) * z / self.fy, z], axis=1)
+
+    def project(self, points_mm: np.ndarray) -> np.ndarray:
+        """(n, 3) camera mm -> (n, 2) pixel coordinates (x, y), continuous (pixel i spans [i, i + 1))."""
+        p = np.asarray(points_mm, dtype=np.float64).reshape(-1, 3)
+        z = np.where(p[:, 2] > 0, p[:, 2], np.nan)
+        return np.stack([self.fx * p[:, 0] / z + self.cx, self.fy * p[:, 1] / z + self.cy], axis=1)
+
+
+def check_depth(depth, what: str = "depth map") -> np.ndarray:
+    """A depth map as (height, width) float32 mm; refuses colour images, non-finite or negative values, and maps
+    where every pixel is background.
+
+    Raises
+    ------
+    InvalidInputError
+    """
+    arr = np.asarray(depth)
+    if arr.ndim == 3 and arr.shape[2] in (3, 4):
+        raise InvalidInputError(f"{what}: a colour image ({arr.shape[2]} channels), not a depth map; give the "
+                                "16-bit depth in mm")
+    if arr.ndim != 2:
+        raise InvalidInputError(f"{what}: a depth map is a 2-D array (height, width), got shape {arr.shape}")
+    if arr.dtype.kind not in "uif" or arr.dtype == np.bool_:
+        raise InvalidInputError(f"{what}: depth must be numbers (mm), got {arr.dtype}")
+    if min(arr.shape) < 8:
+        raise InvalidInputError(f"{what}: {arr.shape[1]} x {arr.shape[0]} pixels is too small for a depth map")
+    out = arr.astype(np.float32)
+    if not np.all(np.isfinite(out)):
+        raise InvalidInputError(f"{what}: depth holds NaN or infinite values; use 0 for missing pixels")
+    if np.any(out < 0):
+        raise InvalidInputError(f"{what}: depth holds negative values; use 0 for missing pixels")
+    if not np.any(out > 0):
+        raise InvalidInputError(f"{what}: every pixel is 0 (background): nothing to label")
+    return out
+
+
+def read_depth(path: str | os.PathLike) -> np.ndarray:
+    """Read a depth map in mm from a 16-bit PNG or TIFF (or a float TIFF), or a NumPy `.npy`.
+
+    Returns
+    -------
+    (height, width) float32 mm, 0 = background
+
+    Raises
+    ------
+    ImageReadError
+        Missing, unreadable, or not a depth map (a colour or 8-bit picture, all zeros, NaN, negative values).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in DEPTH_SUFFIXES:
+        raise ImageReadError(f"{path}: depth is read from {', '.join(DEPTH_SUFFIXES)} files, not '{suffix}'")
+    try:
+        if not path.is_file():
+            raise ImageReadError(f"{path}: " + ("is not a regular file" if path.exists() else "no such file"))
+        if suffix == ".npy":
+            arr = np.load(path, allow_pickle=False, mmap_mode=None)
+        else:
+            from PIL import Image as PILImage
+
+            with PILImage.open(path) as im:
+                if im.mode in ("RGB", "RGBA", "P", "LA", "CMYK", "YCbCr"):
+                    raise ImageReadError(f"{path}: a colour image ({im.mode}), not a depth map; give the "
+                                         "16-bit depth in mm")
+                if im.mode in ("L", "1"):
+                    raise ImageReadError(f"{path}: an 8-bit picture, not a depth map; depth is 16-bit (mm)")
+                arr = np.asarray(im)
+    except ImageReadError:
+        raise
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ImageReadError(f"{path}: cannot be read as a depth map ({exc})") from None
+    try:
+        return check_depth(arr, str(path))
+    except InvalidInputError as exc:
+        raise ImageReadError(str(exc)) from None

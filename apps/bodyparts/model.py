@@ -1,0 +1,223 @@
+"""BodyPartsForest: per-pixel body-part classification from depth with joint proposals (Shotton et al., CVPR 2011).
+
+An `ImageClassificationForest` over depth-difference probes (Criminisi et al. 2012, eq. 3.2) whose model file also
+records what the parts are called, the focal length of the training images (probes are rescaled for a camera with
+another focal length, so that a probe reaches as far in millimetres) and how joints are proposed from the parts.
+
+References
+----------
+J. Shotton, A. Fitzgibbon, M. Cook, T. Sharp, M. Finocchio, R. Moore, A. Kipman, A. Blake, "Real-time human pose
+recognition in parts from single depth images", CVPR 2011.
+A. Criminisi, J. Shotton, E. Konukoglu, "Decision forests: a unified framework for classification, regression,
+density estimation, manifold learning and semi-supervised learning", 2012, sec. 3.6.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from imageforest.apps.bodyparts.depth import Camera, check_depth
+from imageforest.apps.bodyparts.joints import JointProposal, propose_joints
+from imageforest.estimators.base import numba_threads
+from imageforest.estimators.params import Real, Rule
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.features import DepthProbes, ImageStack
+from imageforest.imaging.forests import ImageClassificationForest, all_points
+
+MAX_PARTS = 64
+
+
+@dataclass
+class BodyParts:
+    """What one depth map gives.
+
+    Attributes
+    ----------
+    labels : (height, width) uint8, part number (1..K as in `part_names`), 0 = background
+    probabilities : (height, width, K) float32 part posteriors (0 on background), or None when not asked for
+    joints : joint name -> proposals, most confident first
+    camera : the intrinsics used for the 3-D positions
+    timing_s : seconds per step
+    """
+
+    labels: np.ndarray
+    probabilities: np.ndarray | None
+    joints: dict[str, list[JointProposal]]
+    camera: Camera
+    timing_s: dict[str, float] = field(default_factory=dict)
+
+
+class BodyPartsForest(ImageClassificationForest):
+    """Body (or hand) parts from a depth map, every pixel, with joint proposals.
+
+    Parameters
+    ----------
+    features : DepthProbes
+        The probe family (offsets in pixels x mm; default reaches 0.6 m at the training focal length).
+    n_trees, max_depth, n_candidates, class_weight, min_samples_leaf, random_state, n_jobs
+        As for `ImageClassificationForest` (T, D, rho, ...).
+    bandwidth_mm : float
+        Width of the mean-shift kernel over 3-D body points for joint proposals.
+    vote_threshold : float
+        Least part probability with which a pixel votes for a joint.
+
+    Attributes (after `fit_parts`)
+    ----------
+    part_names_ : list of K names, part k + 1 first; focal_px_ : focal length of the training maps (px);
+    joint_parts_ : joint name -> part numbers; push_mm_ : joint name -> depth from surface mode to joint (mm);
+    model_card_ : what the model is (name, training data, measured accuracy), saved with it
+    """
+
+    _task = "body-parts"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ImageClassificationForest._parameter_constraints,
+                                                         "bandwidth_mm": Real(1.0, 1000.0),
+                                                         "vote_threshold": Real(0.0, 1.0)}
+
+    def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
+                 n_candidates=200, class_weight=None, min_samples_leaf: int = 1, bandwidth_mm: float = 65.0,
+                 vote_threshold: float = 0.14, random_state=None, n_jobs: int | None = None) -> None:
+        super().__init__(features, n_trees=n_trees, max_depth=max_depth, n_candidates=n_candidates,
+                         class_weight=class_weight, min_samples_leaf=min_samples_leaf, random_state=random_state,
+                         n_jobs=n_jobs)
+        self.bandwidth_mm = bandwidth_mm
+        self.vote_threshold = vote_threshold
+
+    def _family(self) -> DepthProbes:
+        return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
+
+    def fit_parts(self, depths: list[np.ndarray], points: np.ndarray, labels: np.ndarray, part_names: list[str],
+                  focal_px: float, joint_parts: dict[str, list[int]] | None = None,
+                  push_mm: dict[str, float] | None = None) -> BodyPartsForest:
+        """Grow on labelled pixels of depth maps.
+
+        Parameters
+        ----------
+        depths : depth maps (height, width) mm, 0 = background
+        points : (n, 3) int (map index, y, x) of the training pixels
+        labels : (n,) part numbers 1..K
+        part_names : K names (part k + 1 first)
+        focal_px : focal length (px) of the training maps
+        joint_parts : joint name -> part numbers (default: every part is its own joint, at its centre)
+        push_mm : joint name -> depth from a surface mode to the joint (mm; default 0)
+        """
+        labels = np.asarray(labels)
+        if not 2 <= len(part_names) <= MAX_PARTS:
+            raise InvalidInputError(f"between 2 and {MAX_PARTS} parts, got {len(part_names)}")
+        if labels.size and (labels.min() < 1 or labels.max() > len(part_names)):
+            raise InvalidInputError(f"part numbers must be 1..{len(part_names)}")
+        if not (np.isfinite(focal_px) and focal_px > 0):
+            raise InvalidInputError(f"the focal length must be positive, got {focal_px}")
+        self.fit([check_depth(d, f"depth map {k}") for k, d in enumerate(depths)], points, labels)
+        self.part_names_ = list(part_names)
+        self.focal_px_ = float(focal_px)
+        self.joint_parts_ = (dict(joint_parts) if joint_parts is not None
+                             else {name: [k + 1] for k, name in enumerate(part_names)})
+        self.push_mm_ = {j: float((push_mm or {}).get(j, 0.0)) for j in self.joint_parts_}
+        self.model_card_: dict = {}
+        self._check_parts()
+        return self
+
+    # -- applying ------------------------------------------------------------------------------------------
+    def _scaled_family(self, camera: Camera) -> DepthProbes:
+        family = self.family_
+        scale = camera.fx / self.focal_px_
+        if scale == 1.0:
+            return family
+        scaled = copy.copy(family)
+        scaled.offset_scale = scale
+        return scaled
+
+    def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Part posteriors of the body pixels only: (n, K) float32 (column k = part k + 1) and (n, 2) (y, x)."""
+        self._check_fitted()
+        depth = check_depth(depth)
+        camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
+        pts = all_points(0, depth.shape, depth > 0)
+        stack = ImageStack.from_images([depth], integral=False)
+        with numba_threads(self.n_jobs):
+            leaves = self._scaled_family(camera).apply((stack, pts), self.forest_)
+        post = self._posterior_from_leaves(leaves)
+        if post.shape[1] != len(self.part_names_):  # parts never seen in training keep 0
+            full = np.zeros((post.shape[0], len(self.part_names_)), dtype=np.float32)
+            full[:, self.classes_.astype(np.int64) - 1] = post
+            post = full
+        return post.astype(np.float32, copy=False), pts[:, 2:4]
+
+    def part_probabilities(self, depth: np.ndarray, camera: Camera | None = None) -> np.ndarray:
+        """(height, width, K) float32 part posteriors of every pixel (0 on background)."""
+        depth = check_depth(depth)
+        post, yx = self.body_posteriors(depth, camera)
+        out = np.zeros((*depth.shape, len(self.part_names_)), dtype=np.float32)
+        out[yx[:, 0], yx[:, 1]] = post
+        return out
+
+    def parse(self, depth, camera: Camera | None = None, *, probabilities: bool = False,
+              joints: bool = True) -> BodyParts:
+        """Parts of every body pixel of one depth map, and joint proposals.
+
+        Parameters
+        ----------
+        depth : (height, width) mm, 0 = background
+        camera : intrinsics (default: Kinect-like for the map's size)
+        probabilities : keep the (height, width, K) posteriors in the result
+        joints : propose joints (mean shift; skipped when False)
+        """
+        t0 = time.perf_counter()
+        depth = check_depth(depth)
+        camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
+        post, yx = self.body_posteriors(depth, camera)
+        labels = np.zeros(depth.shape, dtype=np.uint8)
+        labels[yx[:, 0], yx[:, 1]] = np.argmax(post, axis=1) + 1
+        t1 = time.perf_counter()
+        found = {}
+        if joints:
+            found = propose_joints(post, yx, depth[yx[:, 0], yx[:, 1]], camera, self.joint_parts_, self.push_mm_,
+                                   bandwidth_mm=float(self.bandwidth_mm), threshold=float(self.vote_threshold))
+        t2 = time.perf_counter()
+        full = None
+        if probabilities:
+            full = np.zeros((*depth.shape, len(self.part_names_)), dtype=np.float32)
+            full[yx[:, 0], yx[:, 1]] = post
+        return BodyParts(labels, full, found, camera, {"parts": t1 - t0, "joints": t2 - t1})
+
+    # -- model files ---------------------------------------------------------------------------------------
+    def _check_parts(self) -> None:
+        k = len(self.part_names_)
+        if self.classes_.dtype.kind not in "iu" or self.classes_.min() < 1 or self.classes_.max() > k:
+            raise ModelFormatError(f"part numbers must be 1..{k}")
+        for joint, parts in self.joint_parts_.items():
+            if not parts or any(not isinstance(p, int) or not 1 <= p <= k for p in parts):
+                raise ModelFormatError(f"joint {joint!r} votes with parts {parts}, not parts 1..{k}")
+        if any(not np.isfinite(v) or abs(v) > 500.0 for v in self.push_mm_.values()):
+            raise ModelFormatError("a joint's push from the surface must be finite and under 500 mm")
+
+    def _extra_metadata(self) -> dict:
+        return {**super()._extra_metadata(), "part_names": self.part_names_, "focal_px": self.focal_px_,
+                "joint_parts": self.joint_parts_, "push_mm": self.push_mm_,
+                "model_card": getattr(self, "model_card_", {})}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        super()._restore_leaves(meta, arrays)
+        names, focal = meta.get("part_names"), meta.get("focal_px")
+        joints, push = meta.get("joint_parts"), meta.get("push_mm")
+        if (not isinstance(names, list) or not 2 <= len(names) <= MAX_PARTS
+                or not all(isinstance(n, str) for n in names)):
+            raise ModelFormatError("the model does not name its parts (part_names)")
+        if not isinstance(focal, (int, float)) or not 1.0 <= focal <= 1e5:
+            raise ModelFormatError("the model's training focal length (focal_px) is missing or implausible")
+        if not isinstance(joints, dict) or not isinstance(push, dict) or set(push) != set(joints):
+            raise ModelFormatError("the model's joint definitions (joint_parts, push_mm) are missing or disagree")
+        if not isinstance(self.family_, DepthProbes):
+            raise ModelFormatError("a body-parts model reads depth probes")
+        card = meta.get("model_card", {})
+        if not isinstance(card, dict):
+            raise ModelFormatError("the model card is not a mapping")
+        self.part_names_, self.focal_px_, self.model_card_ = names, float(focal), card
+        self.joint_parts_ = {str(j): list(p) if isinstance(p, list) else p for j, p in joints.items()}
+        self.push_mm_ = {str(j): float(v) if isinstance(v, (int, float)) else np.nan for j, v in push.items()}
+        self._check_parts()

@@ -1,0 +1,84 @@
+"""Where a command's outputs go: one name per input, and every destination checked before anything is written.
+
+A command plans all its outputs first, so that a bad destination (an input, a folder, a pipe, a missing folder, two
+outputs on one file) stops it before any result is written, and nothing an input holds is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from imageforest.cli import fail
+
+
+def _stem(path: Path, suffixes: tuple[str, ...]) -> str:
+    name = path.name
+    for ext in suffixes:
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def output_stems(paths: list[Path], suffixes: tuple[str, ...]) -> list[str]:
+    """One output name per input: its file name without any of `suffixes`, prefixed with its folder's name where
+    two inputs share a stem (p1/ct.nii.gz and p2/ct.nii.gz become p1_ct and p2_ct), numbered where even that is
+    not enough."""
+    stems = [_stem(p, suffixes) for p in paths]
+    clash = {s for s in stems if stems.count(s) > 1}
+    named = [f"{path.resolve().parent.name}_{stem}" if stem in clash else stem
+             for path, stem in zip(paths, stems, strict=True)]
+    seen: dict[str, int] = {}
+    out = []
+    for name in named:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+    return out
+
+
+def resolved(path: Path, what: str) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop
+        raise fail(f"{what}: {path}: {exc}") from None
+
+
+def plan_outputs(target: Path | None, inputs: list[Path], stems: list[str], suffix: str, what: str
+                 ) -> list[Path | None]:
+    """Each input's output path for one option (None without it), refusing every destination that would lose or
+    damage something (`check_destination`; /dev/null and other character devices are written into). With
+    several inputs the target is a folder, created when missing."""
+    if target is None:
+        return [None] * len(inputs)
+    many = len(inputs) > 1
+    if many:
+        if target.exists() and not target.is_dir():
+            raise fail(f"{what}: {target} must be a folder when several inputs are given")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
+        paths = [target / f"{stem}{suffix}" for stem in stems]
+    else:
+        paths = [target]
+    sources = {resolved(p, what) for p in inputs}
+    for path in paths:
+        check_destination(path, sources, what, devices=True)
+    return paths
+
+
+def check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -> None:
+    """Refuse one output path that is an input, a folder, in a missing or unwritable folder, or neither a regular
+    file nor (with `devices`) a character device such as /dev/null."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise fail(f"{what}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise fail(f"{what}: the folder {folder} is not writable")
+    if resolved(path, what) in inputs:
+        raise fail(f"{what}: {path} is an input; refusing to overwrite it")
+    if path.is_dir():
+        raise fail(f"{what}: {path} is a folder; give a file name")
+    if path.exists() and not path.is_file() and not (devices and path.is_char_device()):
+        raise fail(f"{what}: {path} is not a regular file" + (" or a device like /dev/null (a pipe?)" if devices
+                                                               else "") + "; refusing it")

@@ -1,0 +1,37 @@
+"""Joint proposals: mean shift finds every cluster, ranks by voting area, and pushes modes into the body."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from imageforest.apps.bodyparts.depth import Camera
+from imageforest.apps.bodyparts.joints import joint_modes, propose_joints, true_part_posteriors
+
+
+def test_modes_of_two_clusters_ranked_by_weight():
+    rng = np.random.default_rng(0)
+    a = rng.normal([0, 0, 2000], 15, (300, 3))
+    b = rng.normal([400, 0, 2500], 15, (100, 3))
+    modes, weights = joint_modes(np.r_[a, b], np.ones(400), 65.0, 5)
+    assert len(modes) == 2
+    assert np.linalg.norm(modes[0] - [0, 0, 2000]) < 10 and np.linalg.norm(modes[1] - [400, 0, 2500]) < 10
+    assert weights[0] == 300 and weights[1] == 100
+    assert len(joint_modes(np.zeros((0, 3)), np.zeros(0), 65.0, 5)[0]) == 0
+
+
+def test_proposals_from_part_maps_are_pushed_along_the_ray():
+    cam = Camera.kinect(320, 240)
+    labels = np.zeros((240, 320), dtype=np.uint8)
+    labels[100:120, 150:170] = 1  # a patch of part 1 facing the camera 2 m away
+    labels[180:185, 40:45] = 2  # a smaller patch of part 2
+    depth = np.where(labels > 0, 2000.0, 0.0)
+    post, yx = true_part_posteriors(labels, 2)
+    found = propose_joints(post, yx, depth[yx[:, 0], yx[:, 1]], cam, {"a": [1], "b": [2], "ab": [1, 2]},
+                           {"a": 50.0}, bandwidth_mm=65.0)
+    a = found["a"][0]
+    assert abs(a.position_mm[2] - 2050.0) < 1e-6  # the mode on the surface, 50 mm deeper
+    assert np.allclose(a.pixel, (160.0, 110.0), atol=0.6)  # the patch's centre, seen through the same ray
+    area = 400 * (200.0 ** 2) / (cam.fx * cam.fy)  # 400 pixels at 2 m, cm^2
+    assert abs(a.confidence - area) < 1e-6 * area
+    assert len(found["ab"]) == 2 and found["ab"][0].confidence > found["ab"][1].confidence
+    assert abs(found["b"][0].position_mm[2] - 2000.0) < 1e-6  # no push learnt for b
