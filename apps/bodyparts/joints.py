@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import prange
 
 from imageforest.apps.bodyparts.depth import Camera
+from imageforest.kernels import njit
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,16 @@ def _grid_cells(points, weights, cell):  # pragma: no cover - numba
     return out_p[:m], out_w[:m]
 
 
-@njit(cache=True)
-def _mean_shift(points, weights, bandwidth, max_iter):  # pragma: no cover - numba
-    """Mean shift from every point to its mode (Gaussian kernel of width `bandwidth`): (n, 3) modes."""
+@njit(cache=True, parallel=True)
+def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cover - numba
+    """Mean shift of every seed to its mode in the density of weighted `points` (Gaussian kernel of width
+    `bandwidth`): (n_seeds, 3) modes."""
+    n_seeds = seeds.shape[0]
     n = points.shape[0]
-    modes = points.copy()
+    modes = seeds.copy()
     inv = 1.0 / (bandwidth * bandwidth)
     tol = (1e-3 * bandwidth) ** 2
-    for s in range(n):
+    for s in prange(n_seeds):
         x0, x1, x2 = modes[s, 0], modes[s, 1], modes[s, 2]
         for _ in range(max_iter):
             a0 = a1 = a2 = tot = 0.0
@@ -113,10 +116,13 @@ def joint_modes(points_mm: np.ndarray, weights: np.ndarray, bandwidth_mm: float,
     """
     if points_mm.shape[0] == 0:
         return np.zeros((0, 3)), np.zeros(0)
-    cells, cw = _grid_cells(np.ascontiguousarray(points_mm, dtype=np.float64),
-                            np.ascontiguousarray(weights, dtype=np.float64), 0.5 * bandwidth_mm)
-    modes = _mean_shift(cells, cw, float(bandwidth_mm), 30)
-    centres, support = _merge_modes(modes, cw, 0.5 * float(bandwidth_mm))
+    pts = np.ascontiguousarray(points_mm, dtype=np.float64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    # the density from cubes of half a bandwidth, climbed from cubes of a bandwidth (a mode is never narrower)
+    cells, cw = _grid_cells(pts, w, 0.5 * bandwidth_mm)
+    seeds, sw = _grid_cells(pts, w, float(bandwidth_mm))
+    modes = _mean_shift(seeds, cells, cw, float(bandwidth_mm), 30)
+    centres, support = _merge_modes(modes, sw, 0.5 * float(bandwidth_mm))
     rank = np.argsort(-support, kind="stable")[:max_modes]
     return centres[rank], support[rank]
 

@@ -128,9 +128,12 @@ class BodyPartsForest(ImageClassificationForest):
         scale = camera.fx / self.focal_px_
         if scale == 1.0:
             return family
-        scaled = copy.copy(family)
-        scaled.offset_scale = scale
-        return scaled
+        cached = getattr(self, "_scaled", None)
+        if cached is None or cached[0] is not family or cached[1].offset_scale != scale:
+            scaled = copy.copy(family)  # kept: a camera's frames come one after another with one focal length
+            scaled.offset_scale = scale
+            self._scaled = cached = (family, scaled)
+        return cached[1]
 
     def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Part posteriors of the body pixels only: (n, K) float32 (column k = part k + 1) and (n, 2) (y, x)."""

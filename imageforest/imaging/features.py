@@ -18,6 +18,7 @@ taking a response function: the response is inlined into the hot loop, which is 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -518,7 +519,11 @@ class DepthProbes(FeatureFamily):
         node. All such pixels then follow one path per tree: walking it once is exact, and most of a frame is
         background.
         """
+        cached = getattr(self, "_background_cache", None)
+        if cached is not None and cached[0]() is table and cached[1] == self.offset_scale:
+            return cached[2]  # a forest's packed table is built once, so its background leaves are too
         out = np.full(roots.shape[0], -1, dtype=np.int32)
+        self._background_cache = (weakref.ref(table), self.offset_scale, out)
         split = table[:, 0] >= 0
         if split.any() and np.abs(table[split, 4:8]).max() * self.offset_scale / self.background >= 0.5:
             return out
