@@ -158,7 +158,8 @@ class BaseForest:
             Vectors (`VectorFeatures`), image boxes (`BoxFeatures`), depth probes, ... or an application's own.
         data : what `family.responses` reads (an array, or e.g. (image stack, points) for image families)
         n_points : number of training points in `data`
-        objective : `Objective.classification`, `.regression` or `.semi_supervised` over the n_points
+        objective : `Objective.classification`, `.regression` or `.semi_supervised` over the n_points, or
+            `NodeObjectives` (several of them, one chosen per node: at random, or by depth)
         sample_weight : (n_points,) float64 or None (all ones)
 
         Returns

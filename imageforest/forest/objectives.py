@@ -21,6 +21,7 @@ sum into I_u + alpha I_s with each gain normalised by its own set, as in eq. 7.1
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,45 @@ class Objective:
         if n_blocks > 1 and criterion == "gaussian":
             out.lifted = lift_rows(targets, n_blocks, q)
         return out
+
+
+@dataclass
+class NodeObjectives:
+    """Several objectives over the same points, one chosen per node: a node that may split optimises
+    `objectives[k]` with k = `choose(depth, n_nodes, rng)[i]` for the i-th such node of a level.
+
+    Class-specific Hough forests choose, node by node at random, between the class-label uncertainty of the patches
+    and the offset uncertainty of the foreground patches (Gall and Lempitsky, "Class-specific Hough forests for
+    object detection", CVPR 2009; Criminisi et al. 2012, sec. 3.5 and ch. 4). A node counts as pure, and becomes a
+    leaf, only when it is pure for every objective.
+
+    Attributes
+    ----------
+    objectives : the objectives (each over all the points; NaN targets contribute nothing, as usual)
+    choose : (depth, n_nodes, rng) -> (n_nodes,) int objective index per node; draws from `rng` only
+    """
+
+    objectives: Sequence[Objective]
+    choose: Callable[[int, int, np.random.Generator], np.ndarray]
+
+    @classmethod
+    def random(cls, objectives: Sequence[Objective], p: Sequence[float] | None = None) -> NodeObjectives:
+        """Each node picks objective k with probability p[k] (uniform by default)."""
+        probs = None if p is None else np.asarray(p, dtype=np.float64) / np.sum(p)
+
+        def choose(depth: int, n: int, rng: np.random.Generator) -> np.ndarray:
+            return rng.choice(len(objectives), size=n, p=probs)
+
+        return cls(list(objectives), choose)
+
+    @classmethod
+    def by_depth(cls, objectives: Sequence[Objective], schedule: Callable[[int], int]) -> NodeObjectives:
+        """Every node at depth d optimises objective `schedule(d)` (no randomness drawn)."""
+
+        def choose(depth: int, n: int, rng: np.random.Generator) -> np.ndarray:
+            return np.full(n, int(schedule(depth)), dtype=np.int64)
+
+        return cls(list(objectives), choose)
 
 
 def lift_rows(targets: np.ndarray, n_blocks: int, q: int) -> np.ndarray:

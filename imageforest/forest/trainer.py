@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from imageforest.forest.features import FeatureFamily
-from imageforest.forest.objectives import GINI, Objective
+from imageforest.forest.objectives import GINI, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
@@ -211,7 +211,7 @@ def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None) -> list[tup
     return out
 
 
-def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Objective,
+def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
                 sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
     """Grow `settings.n_trees` trees level by level.
 
@@ -219,10 +219,20 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     ----------
     family : feature family bound to nothing; `data` is passed to its `responses`
     n_points : number of training points
-    objective : statistics and impurity of the task
+    objective : statistics and impurity of the task, or `NodeObjectives` to let each node choose one
     sample_weight : (n_points,) float64
     rng : the only source of randomness
     """
+    choose = None
+    if isinstance(objective, NodeObjectives):
+        objectives, choose = list(objective.objectives), objective.choose
+        if not objectives:
+            raise ValueError("NodeObjectives needs at least one objective")
+        if settings.structure == "fern":
+            raise ValueError("a fern shares one test per level: it cannot choose an objective per node")
+        objective = objectives[0]
+    else:
+        objectives = [objective]
     T = settings.n_trees
     rho = int(settings.n_candidates)
     K = settings.n_thresholds
@@ -237,7 +247,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
     data = family.training_data(data)
     rows_matrix, per_position, unit_weights = None, False, False
-    if K is not None and not fern and settings.threshold_sampling == "range" and lifted is None:
+    if (K is not None and not fern and settings.threshold_sampling == "range" and lifted is None
+            and choose is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
         # Labels and few targets travel with the order, so the fused search reads them sequentially; labels as int8
@@ -265,6 +276,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     while f_start.size:
         n_front = f_start.size
+        crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
+        labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
         if rows_matrix is not None and per_position and unit_weights and crit <= GINI:
             stats, counts = segment_class_counts(pos_labels, f_start, f_end, n_stats)
         elif rows_matrix is not None and per_position:
@@ -273,7 +286,12 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         else:
             stats, counts = segment_stats(order, wts, f_start, f_end, crit, labels, targets, n_blocks, q, n_stats)
         node_w = counts.astype(np.float64) if unit_weights else _segment_weight(wts, f_start, f_end)
-        pure = _node_purity(stats, counts, crit, n_blocks, q)
+        pure_by = [_node_purity(stats, counts, crit, n_blocks, q)]
+        for other in objectives[1:]:  # pure only when pure for every objective a node might choose
+            o_stats, _ = segment_stats(order, wts, f_start, f_end, other.criterion, other.labels, other.targets,
+                                       other.n_blocks, other.q, other.n_stats)
+            pure_by.append(_node_purity(o_stats, counts, other.criterion, other.n_blocks, other.q))
+        pure = np.logical_and.reduce(pure_by)
         can_split = ((counts >= settings.min_samples_split) & (counts >= 2 * msl) & ~pure & (node_w > 0)
                      & (depth < max_depth))
 
@@ -310,62 +328,77 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                                       rows_matrix, rows[idx, best_c], lo_b, hi_b, ok)
                 level.record(sp, ok, nl, cand[idx, best_c], lo_b, hi_b, best_gain)
             else:
-                for a, b in _chunks(sp_counts, rho, breaks):
-                    nodes = sp[a:b]
-                    idx = np.arange(b - a)
-                    c_counts = sp_counts[a:b]
-                    seg_end = np.cumsum(c_counts)
-                    seg_start = seg_end - c_counts
-                    m_total = int(seg_end[-1]) if seg_end.size else 0
-                    positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
-                    samples = order[positions]
-                    pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
-                    sets = node_set[a:b]
-                    node_params = cand[sets]
-                    resp = family.responses(data, node_params, samples, pos_node)
-                    w_pos = wts[positions]
-                    # Gathering targets once per chunk turns every candidate's scan into sequential reads.
-                    if targets.shape[1] <= GATHER_MAX_OUTPUTS:
-                        lab_c = labels[samples] if labels.size else labels
-                        tgt_c = targets[samples] if targets.size else targets
-                        rows = np.arange(m_total, dtype=np.int32)
-                    else:
-                        lab_c, tgt_c, rows = labels, targets, samples
-                    if K is not None:
-                        if settings.threshold_sampling == "data" and not fern:
-                            # Responses of K random points of the node: thresholds follow the data's density (where
-                            # a uniform draw over [min, max] would mostly land between clusters, e.g. air and tissue).
-                            pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
-                            thr = resp[np.arange(rho)[None, :, None], pick]
+                which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
+                if which is not None and (which.shape != (sp.size,) or which.min() < 0
+                                          or which.max() >= len(objectives)):
+                    raise ValueError("NodeObjectives.choose must give one objective index per node")
+                if which is not None and len(objectives) > 1:
+                    # a node pure for its chosen objective has nothing to gain there: it takes the first other one
+                    purity = np.stack(pure_by)[:, sp]
+                    stuck = purity[which, np.arange(sp.size)]
+                    which[stuck] = np.argmin(purity[:, stuck], axis=0)
+                for g, obj in enumerate(objectives):
+                    group = np.arange(sp.size) if which is None else np.flatnonzero(which == g)
+                    crit, n_blocks, q, n_stats = obj.criterion, obj.n_blocks, obj.q, obj.n_stats
+                    labels, targets, reg, lifted = obj.labels, obj.targets, obj.reg, obj.lifted
+                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None):
+                        sel = group[a:b]
+                        nodes = sp[sel]
+                        idx = np.arange(b - a)
+                        c_counts = sp_counts[sel]
+                        seg_end = np.cumsum(c_counts)
+                        seg_start = seg_end - c_counts
+                        m_total = int(seg_end[-1]) if seg_end.size else 0
+                        positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
+                        samples = order[positions]
+                        pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
+                        sets = node_set[sel]
+                        node_params = cand[sets]
+                        resp = family.responses(data, node_params, samples, pos_node)
+                        w_pos = wts[positions]
+                        # Gathering targets once per chunk turns every candidate's scan into sequential reads.
+                        if targets.shape[1] <= GATHER_MAX_OUTPUTS:
+                            lab_c = labels[samples] if labels.size else labels
+                            tgt_c = targets[samples] if targets.size else targets
+                            rows = np.arange(m_total, dtype=np.int32)
                         else:
-                            lo, hi = segment_min_max(resp, seg_start, seg_end)
+                            lab_c, tgt_c, rows = labels, targets, samples
+                        if K is not None:
+                            if settings.threshold_sampling == "data" and not fern:
+                                # Responses of K random points of the node: thresholds follow the data's density
+                                # (where a uniform draw over [min, max] would mostly land between clusters, e.g.
+                                # air and tissue).
+                                pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
+                                thr = resp[np.arange(rho)[None, :, None], pick]
+                            else:
+                                lo, hi = segment_min_max(resp, seg_start, seg_end)
+                                if fern:
+                                    lo, hi = _per_set_range(lo, hi, sets)
+                                thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
+                            thr.sort(axis=2)
+                            if lifted is not None:  # whole statistics rows per point, read in place
+                                table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
+                                                          lifted, n_blocks, q, n_stats, reg, msl)
+                            else:
+                                table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
+                                                          lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
+                            flat = table.reshape(b - a, -1)
                             if fern:
-                                lo, hi = _per_set_range(lo, hi, sets)
-                            thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
-                        thr.sort(axis=2)
-                        if lifted is not None:  # whole statistics rows per point, read in place
-                            table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
-                                                      lifted, n_blocks, q, n_stats, reg, msl)
+                                choice = _fern_choice(flat, node_w[nodes], sets)
+                            else:
+                                choice = _tie_broken_argmax(flat, tie_u[sel])
+                            best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                         else:
-                            table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
-                                                      lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
-                        flat = table.reshape(b - a, -1)
-                        if fern:
-                            choice = _fern_choice(flat, node_w[nodes], sets)
-                        else:
-                            choice = _tie_broken_argmax(flat, tie_u[a:b])
-                        best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
-                    else:
-                        g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
-                                                       n_blocks, q, n_stats, reg, msl)
-                        best_c = _tie_broken_argmax(g_tab, tie_u[a:b])
-                        best_gain = g_tab[idx, best_c]
-                        lo_b = np.full(b - a, -np.inf, dtype=np.float32)
-                        hi_b = t_tab[idx, best_c]
-                    ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                    nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
-                                            best_c.astype(np.int64), lo_b, hi_b, ok)
-                    level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
+                            g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
+                                                           n_blocks, q, n_stats, reg, msl)
+                            best_c = _tie_broken_argmax(g_tab, tie_u[sel])
+                            best_gain = g_tab[idx, best_c]
+                            lo_b = np.full(b - a, -np.inf, dtype=np.float32)
+                            hi_b = t_tab[idx, best_c]
+                        ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
+                        nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
+                                                best_c.astype(np.int64), lo_b, hi_b, ok)
+                        level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
 
         # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
         child = np.empty(n_front, dtype=np.int32)
