@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
+	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup
 	touch $(STAMP)
 
 # Both cores, each test module on one worker so that its module fixtures (trained models) are built once.

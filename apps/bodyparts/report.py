@@ -96,10 +96,18 @@ def _disc(pic: np.ndarray, y: int, x: int, r: int, colour) -> None:
 
 
 def write_overlay(depth: np.ndarray, result: BodyParts, n_parts: int, path: str | os.PathLike) -> None:
-    """The overlay as a PNG (scaled up to at least 640 pixels across)."""
+    """The overlay as a PNG: depth and parts side by side, cropped to the body, scaled up to at least 640 pixels
+    across."""
     from PIL import Image as PILImage
 
-    pic = PILImage.fromarray(overlay_image(depth, result, n_parts))
+    full = overlay_image(depth, result, n_parts)
+    yy, xx = np.nonzero(depth > 0)
+    width = depth.shape[1]
+    m = max(8, width // 40)  # the body with a margin: a far body is a small part of the frame
+    y0, y1 = max(0, yy.min() - m), min(depth.shape[0], yy.max() + m + 1)
+    x0, x1 = max(0, xx.min() - m), min(width, xx.max() + m + 1)
+    pic = PILImage.fromarray(np.ascontiguousarray(np.concatenate([full[y0:y1, x0:x1],
+                                                                  full[y0:y1, width + x0:width + x1]], axis=1)))
     if pic.width < 640:
         k = -(-640 // pic.width)
         pic = pic.resize((pic.width * k, pic.height * k), PILImage.Resampling.NEAREST)

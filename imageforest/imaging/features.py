@@ -494,7 +494,9 @@ class DepthProbes(FeatureFamily):
         return stack
 
     def sample(self, rng, n_sets, n_candidates):
-        out = rng.uniform(-self.max_offset, self.max_offset, (n_sets, n_candidates, 4))
+        # whole pixel x depth units (a thousandth of a pixel at 1 m in mm): the same probes, and model files
+        # whose offsets compress (a body model's offsets were half of its bytes)
+        out = np.round(rng.uniform(-self.max_offset, self.max_offset, (n_sets, n_candidates, 4)))
         if self.unary_fraction > 0:
             unary = rng.random((n_sets, n_candidates)) < self.unary_fraction
             out[unary, 2:] = 0.0

@@ -209,5 +209,5 @@ def test_background_shortcut_gives_the_same_leaves_as_walking():
     assert np.all(shortcut >= 0)
     fast = fam.apply((stack, cpts), forest.forest_)
     slow = _probe_apply(stack.table, stack.base, stack.shape, cpts, table, roots, fam.background,
-                        np.full(3, -1, dtype=np.int32))
+                        np.full(3, -1, dtype=np.int32), 1.0)
     assert np.array_equal(fast, slow)
