@@ -196,3 +196,71 @@ def true_part_posteriors(labels: np.ndarray, n_parts: int) -> tuple[np.ndarray, 
     onehot = np.zeros((yy.size, n_parts), dtype=np.float32)
     onehot[np.arange(yy.size), labels[yy, xx].astype(np.int64) - 1] = 1.0
     return onehot, np.c_[yy, xx]
+
+
+def smooth_posteriors(post: np.ndarray, yx: np.ndarray, radius: int) -> np.ndarray:
+    """Each body pixel's posterior averaged over the body pixels of the (2 radius + 1)^2 window around it.
+
+    Parameters
+    ----------
+    post : (n, K) float32 posteriors of the body pixels; yx : (n, 2) their (row, column); radius : pixels
+
+    Returns
+    -------
+    (n, K) float32, each row still a distribution
+    """
+    if post.shape[0] == 0:
+        return post
+    y0, x0 = int(yx[:, 0].min()), int(yx[:, 1].min())
+    h, w = int(yx[:, 0].max()) - y0 + 1, int(yx[:, 1].max()) - x0 + 1
+    return _box_average(np.ascontiguousarray(post, dtype=np.float32),
+                        np.ascontiguousarray(yx[:, 0] - y0, dtype=np.int64),
+                        np.ascontiguousarray(yx[:, 1] - x0, dtype=np.int64), h, w, int(radius))
+
+
+@njit(cache=True, parallel=True)
+def _box_average(post, ys, xs, h, w, r):  # pragma: no cover - numba
+    """Masked box filter over the body's bounding box: running sums along rows, then along columns (the last
+    channel counts body pixels)."""
+    n, k = post.shape
+    grid = np.zeros((h, w, k + 1), dtype=np.float32)
+    for i in range(n):
+        for c in range(k):
+            grid[ys[i], xs[i], c] = post[i, c]
+        grid[ys[i], xs[i], k] = 1.0
+    rows = np.empty_like(grid)
+    for y in prange(h):
+        acc = np.zeros(k + 1, dtype=np.float64)
+        for x in range(min(r, w)):
+            for c in range(k + 1):
+                acc[c] += grid[y, x, c]
+        for x in range(w):
+            if x + r < w:
+                for c in range(k + 1):
+                    acc[c] += grid[y, x + r, c]
+            for c in range(k + 1):
+                rows[y, x, c] = acc[c]
+            if x - r >= 0:
+                for c in range(k + 1):
+                    acc[c] -= grid[y, x - r, c]
+    out = np.empty_like(post)
+    cols = np.empty_like(grid)
+    for x in prange(w):
+        acc = np.zeros(k + 1, dtype=np.float64)
+        for y in range(min(r, h)):
+            for c in range(k + 1):
+                acc[c] += rows[y, x, c]
+        for y in range(h):
+            if y + r < h:
+                for c in range(k + 1):
+                    acc[c] += rows[y + r, x, c]
+            for c in range(k + 1):
+                cols[y, x, c] = acc[c]
+            if y - r >= 0:
+                for c in range(k + 1):
+                    acc[c] -= rows[y - r, x, c]
+    for i in prange(n):
+        count = cols[ys[i], xs[i], k]
+        for c in range(k):
+            out[i, c] = cols[ys[i], xs[i], c] / count
+    return out

@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.apps.bodyparts.depth import Camera, check_depth
-from imageforest.apps.bodyparts.joints import JointProposal, propose_joints
+from imageforest.apps.bodyparts.joints import JointProposal, propose_joints, smooth_posteriors
 from imageforest.estimators.base import numba_threads
 from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
@@ -65,6 +65,10 @@ class BodyPartsForest(ImageClassificationForest):
         Width of the mean-shift kernel over 3-D body points for joint proposals.
     vote_threshold : float
         Least part probability with which a pixel votes for a joint.
+    smoothing_mm : float
+        Half-width, on the body, of the window over which part posteriors are averaged before the argmax (a square
+        of about this many mm at the body's median depth; 0 keeps every pixel's own posterior). Neighbouring
+        pixels' trees read other probes, so their average is a better estimate than one pixel's.
 
     Attributes (after `fit_parts`)
     ----------
@@ -76,16 +80,19 @@ class BodyPartsForest(ImageClassificationForest):
     _task = "body-parts"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {**ImageClassificationForest._parameter_constraints,
                                                          "bandwidth_mm": Real(1.0, 1000.0),
-                                                         "vote_threshold": Real(0.0, 1.0)}
+                                                         "vote_threshold": Real(0.0, 1.0),
+                                                         "smoothing_mm": Real(0.0, 1e4)}
 
     def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
                  n_candidates=200, class_weight=None, min_samples_leaf: int = 1, bandwidth_mm: float = 65.0,
-                 vote_threshold: float = 0.14, random_state=None, n_jobs: int | None = None) -> None:
+                 vote_threshold: float = 0.14, smoothing_mm: float = 30.0, random_state=None,
+                 n_jobs: int | None = None) -> None:
         super().__init__(features, n_trees=n_trees, max_depth=max_depth, n_candidates=n_candidates,
                          class_weight=class_weight, min_samples_leaf=min_samples_leaf, random_state=random_state,
                          n_jobs=n_jobs)
         self.bandwidth_mm = bandwidth_mm
         self.vote_threshold = vote_threshold
+        self.smoothing_mm = smoothing_mm
 
     def _family(self) -> DepthProbes:
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
@@ -135,8 +142,10 @@ class BodyPartsForest(ImageClassificationForest):
             self._scaled = cached = (family, scaled)
         return cached[1]
 
-    def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Part posteriors of the body pixels only: (n, K) float32 (column k = part k + 1) and (n, 2) (y, x)."""
+    def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None, *,
+                        smooth: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Part posteriors of the body pixels only, averaged over `smoothing_mm`: (n, K) float32 (column k = part
+        k + 1) and (n, 2) (y, x)."""
         self._check_fitted()
         depth = check_depth(depth)
         camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
@@ -149,7 +158,18 @@ class BodyPartsForest(ImageClassificationForest):
             full = np.zeros((post.shape[0], len(self.part_names_)), dtype=np.float32)
             full[:, self.classes_.astype(np.int64) - 1] = post
             post = full
-        return post.astype(np.float32, copy=False), pts[:, 2:4]
+        post = post.astype(np.float32, copy=False)
+        yx = pts[:, 2:4]
+        radius = self._smoothing_radius(depth[yx[:, 0], yx[:, 1]], camera) if smooth else 0
+        if radius > 0:
+            post = smooth_posteriors(post, yx, radius)
+        return post, yx
+
+    def _smoothing_radius(self, z: np.ndarray, camera: Camera) -> int:
+        """The averaging window's half-width in pixels: `smoothing_mm` at the body's median depth."""
+        if self.smoothing_mm <= 0 or z.size == 0:
+            return 0
+        return min(round(float(self.smoothing_mm) * camera.fx / float(np.median(z))), 64)
 
     def part_probabilities(self, depth: np.ndarray, camera: Camera | None = None) -> np.ndarray:
         """(height, width, K) float32 part posteriors of every pixel (0 on background)."""
@@ -173,13 +193,15 @@ class BodyPartsForest(ImageClassificationForest):
         t0 = time.perf_counter()
         depth = check_depth(depth)
         camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
-        post, yx = self.body_posteriors(depth, camera)
+        raw, yx = self.body_posteriors(depth, camera, smooth=False)
+        radius = self._smoothing_radius(depth[yx[:, 0], yx[:, 1]], camera)
+        post = smooth_posteriors(raw, yx, radius) if radius > 0 else raw
         labels = np.zeros(depth.shape, dtype=np.uint8)
         labels[yx[:, 0], yx[:, 1]] = np.argmax(post, axis=1) + 1
         t1 = time.perf_counter()
         found = {}
-        if joints:
-            found = propose_joints(post, yx, depth[yx[:, 0], yx[:, 1]], camera, self.joint_parts_, self.push_mm_,
+        if joints:  # from each pixel's own posterior: averaging blurs the small parts that joints need
+            found = propose_joints(raw, yx, depth[yx[:, 0], yx[:, 1]], camera, self.joint_parts_, self.push_mm_,
                                    bandwidth_mm=float(self.bandwidth_mm), threshold=float(self.vote_threshold))
         t2 = time.perf_counter()
         full = None

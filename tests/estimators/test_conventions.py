@@ -18,6 +18,7 @@ from imageforest import (
     RegressionForest,
     SemiSupervisedForest,
 )
+from imageforest.apps.bodyparts.model import BodyPartsForest
 from imageforest.imaging import BoxFeatures, ImageClassificationForest, ImageRegressionForest
 
 sklearn = pytest.importorskip("sklearn")
@@ -49,7 +50,7 @@ def fitted(name):
     return cls(**SMALL).fit(*args)
 
 
-ALL_CLASSES = [c[0] for c in CASES.values()] + [ImageClassificationForest, ImageRegressionForest]
+ALL_CLASSES = [c[0] for c in CASES.values()] + [ImageClassificationForest, ImageRegressionForest, BodyPartsForest]
 
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)

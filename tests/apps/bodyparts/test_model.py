@@ -79,3 +79,15 @@ def test_refuses_bad_input_and_other_models(body_model_path, tmp_path):
         load_body_model(tmp_path / "other.npz")
     with pytest.raises(ModelFormatError, match="no such model file"):
         load_body_model(tmp_path / "missing.npz")
+
+
+def test_a_seed_fixes_the_model_bytes_whatever_the_thread_count(renders, tmp_path):
+    from imageforest.apps.bodyparts import train_bodyparts
+
+    files = []
+    for threads in (1, 2):
+        model, _ = train_bodyparts(renders, n_trees=2, max_depth=8, n_images=10, pixels_per_image=200,
+                                   n_candidates=20, random_state=4, n_jobs=threads)
+        model.save(tmp_path / f"m{threads}.npz")
+        files.append((tmp_path / f"m{threads}.npz").read_bytes())
+    assert files[0] == files[1]
