@@ -36,6 +36,17 @@ def output_stems(paths: list[Path], suffixes: tuple[str, ...]) -> list[str]:
     return out
 
 
+def output_folder(target: Path, what: str, not_a_folder: str = "is a file; give a folder") -> None:
+    """Create the output folder `target` when missing; refuse a file in its place (one line: `what`, the path,
+    `not_a_folder`)."""
+    if target.exists() and not target.is_dir():
+        raise fail(f"{what}: {target} {not_a_folder}")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
+
+
 def resolved(path: Path, what: str) -> Path:
     try:
         return path.resolve()
@@ -52,12 +63,7 @@ def plan_outputs(target: Path | None, inputs: list[Path], stems: list[str], suff
         return [None] * len(inputs)
     many = len(inputs) > 1
     if many:
-        if target.exists() and not target.is_dir():
-            raise fail(f"{what}: {target} must be a folder when several inputs are given")
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
+        output_folder(target, what, "must be a folder when several inputs are given")
         paths = [target / f"{stem}{suffix}" for stem in stems]
     else:
         paths = [target]

@@ -15,7 +15,7 @@ import click
 from imageforest.apps.bodyparts.depth import DEPTH_SUFFIXES
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import check_destination, output_stems, plan_outputs, resolved
+from imageforest.outputs import check_destination, output_folder, output_stems, plan_outputs, resolved
 
 
 @click.group()
@@ -48,12 +48,7 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
         raise fail(f"--overlay: {overlay}: the overlay is a .png")
     if threads is not None and threads < 1:
         raise fail(f"--threads must be at least 1, got {threads}")
-    if out.exists() and not out.is_dir():
-        raise fail(f"--out: {out} is a file; give a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"--out: cannot create the folder {out} ({exc.strerror or exc})") from None
+    output_folder(out, "--out")
     stems = output_stems(inputs, tuple(f"_depth{s}" for s in DEPTH_SUFFIXES) + DEPTH_SUFFIXES)  # a_depth.png: a
     plans = {"parts": [out / f"{s}_parts.png" for s in stems],
              "joints": [out / f"{s}_joints.json" for s in stems],

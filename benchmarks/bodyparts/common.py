@@ -95,3 +95,35 @@ def probe_features(depth: np.ndarray, yx: np.ndarray, pairs: np.ndarray, backgro
         return np.where(inside & (v > 0), v, background)
 
     return (read(pairs[:, 0], pairs[:, 1]) - read(pairs[:, 2], pairs[:, 3])).astype(np.float32)
+
+
+def probe_forest_peer(train, train_samples, test, test_samples, per_image: int, max_offset: float,
+                      n_trees: int = 3, max_depth: int = 20) -> tuple[Confusion, float, int]:
+    """scikit-learn's RandomForestClassifier (balanced classes) on 200 fixed probe pairs computed up front at
+    `per_image` pixels of each training map, scored on every body pixel of the test maps: (confusion, fit
+    seconds, fit peak memory growth in bytes)."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from benchmarks._measure import measure
+    from imageforest.apps.bodyparts.training import sample_pixels
+
+    rng = np.random.default_rng(0)
+    pairs = probe_pairs(np.random.default_rng(1), 200, max_offset)
+    feats, labs = [], []
+    for s in train_samples:
+        depth, labels = train.load(s)
+        yx, parts = sample_pixels(labels, per_image, rng)
+        feats.append(probe_features(depth, yx, pairs))
+        labs.append(parts)
+    X, y = np.concatenate(feats), np.concatenate(labs)
+    rf = RandomForestClassifier(n_estimators=n_trees, max_depth=max_depth, class_weight="balanced", n_jobs=2,
+                                random_state=0)
+    _, fit_s, fit_mem = measure(lambda: rf.fit(X, y))
+    conf = Confusion(len(test.part_names))
+    for s in test_samples:
+        depth, labels = test.load(s)
+        yy, xx = np.nonzero(depth > 0)
+        pred = np.zeros_like(labels)
+        pred[yy, xx] = rf.predict(probe_features(depth, np.c_[yy, xx], pairs))
+        conf.add(labels, pred)
+    return conf, fit_s, fit_mem

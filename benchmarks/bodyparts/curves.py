@@ -19,9 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.bodyparts.common import Confusion, probe_features, probe_pairs
+from benchmarks.bodyparts.common import Confusion, probe_forest_peer
 from imageforest.apps.bodyparts import open_dataset, train_bodyparts
-from imageforest.apps.bodyparts.training import sample_pixels
 
 
 def ours(train: Path, test, samples, n_images: int, depth: int) -> tuple[float, float]:
@@ -34,29 +33,6 @@ def ours(train: Path, test, samples, n_images: int, depth: int) -> tuple[float, 
         d, lab = test.load(s)
         conf.add(lab, model.parse(d, test.camera(s, d.shape), joints=False).labels)
     return conf.mean_per_part(), fit
-
-
-def peer(train, test, samples, n_images: int, depth: int, max_offset: float) -> float:
-    from sklearn.ensemble import RandomForestClassifier
-
-    rng = np.random.default_rng(0)
-    pairs = probe_pairs(np.random.default_rng(1), 200, max_offset)
-    X, y = [], []
-    for s in train.samples[:n_images]:
-        d, lab = train.load(s)
-        yx, parts = sample_pixels(lab, 500, rng)
-        X.append(probe_features(d, yx, pairs))
-        y.append(parts)
-    rf = RandomForestClassifier(n_estimators=3, max_depth=depth, class_weight="balanced", n_jobs=2, random_state=0)
-    rf.fit(np.concatenate(X), np.concatenate(y))
-    conf = Confusion(len(test.part_names))
-    for s in samples:
-        d, lab = test.load(s)
-        yy, xx = np.nonzero(d > 0)
-        pred = np.zeros_like(lab)
-        pred[yy, xx] = rf.predict(probe_features(d, np.c_[yy, xx], pairs))
-        conf.add(lab, pred)
-    return conf.mean_per_part()
 
 
 def main() -> None:
@@ -75,12 +51,13 @@ def main() -> None:
     rows = {"images": [], "depth": []}
     for n in (int(v) for v in args.images.split(",")):
         acc, fit = ours(args.train, test, samples, n, 20)
-        rf = peer(train_set, test, samples, n, 20, reach)
+        rf = probe_forest_peer(train_set, train_set.samples[:n], test, samples, 500, reach)[0].mean_per_part()
         rows["images"].append((n, acc, rf))
         print(f"images {n:5d} depth 20: imageforest {acc:.3f} (fit {fit:.0f} s)  scikit-learn {rf:.3f}", flush=True)
     for depth in (int(v) for v in args.depths.split(",")):
         acc, fit = ours(args.train, test, samples, args.depth_images, depth)
-        rf = peer(train_set, test, samples, args.depth_images, depth, reach)
+        rf = probe_forest_peer(train_set, train_set.samples[: args.depth_images], test, samples, 500, reach,
+                               max_depth=depth)[0].mean_per_part()
         rows["depth"].append((depth, acc, rf))
         print(f"images {args.depth_images:5d} depth {depth:2d}: imageforest {acc:.3f} (fit {fit:.0f} s)  "
               f"scikit-learn {rf:.3f}", flush=True)

@@ -32,10 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._measure import measure, mib
-from benchmarks.bodyparts.common import Confusion, JointAP, probe_features, probe_pairs
+from benchmarks.bodyparts.common import Confusion, JointAP, probe_forest_peer
 from imageforest.apps.bodyparts import Camera, load_body_model, open_dataset, propose_joints
 from imageforest.apps.bodyparts.joints import true_part_posteriors
-from imageforest.apps.bodyparts.training import sample_pixels
 
 RENDERER = Path(__file__).resolve().parents[2] / "data_scripts" / "render_bodies.py"
 
@@ -64,30 +63,6 @@ def score_model(model, data, samples) -> tuple[Confusion, JointAP, JointAP, list
                                  bandwidth_mm=float(model.bandwidth_mm), threshold=float(model.vote_threshold)),
                   truth)
     return conf, ap, bound, seconds
-
-
-def peer(train, test_samples, test, n_images: int, per_image: int, max_offset: float) -> tuple[Confusion, float, int]:
-    from sklearn.ensemble import RandomForestClassifier
-
-    rng = np.random.default_rng(0)
-    pairs = probe_pairs(np.random.default_rng(1), 200, max_offset)
-    feats, labs = [], []
-    for s in train.samples[:n_images]:
-        depth, labels = train.load(s)
-        yx, parts = sample_pixels(labels, per_image, rng)
-        feats.append(probe_features(depth, yx, pairs))
-        labs.append(parts)
-    X, y = np.concatenate(feats), np.concatenate(labs)
-    rf = RandomForestClassifier(n_estimators=3, max_depth=20, class_weight="balanced", n_jobs=2, random_state=0)
-    _, fit_s, fit_mem = measure(lambda: rf.fit(X, y))
-    conf = Confusion(len(test.part_names))
-    for s in test_samples:
-        depth, labels = test.load(s)
-        yy, xx = np.nonzero(depth > 0)
-        pred = np.zeros_like(labels)
-        pred[yy, xx] = rf.predict(probe_features(depth, np.c_[yy, xx], pairs))
-        conf.add(labels, pred)
-    return conf, fit_s, fit_mem
 
 
 def speed(model, folder: Path, model_path: str | None) -> dict:
@@ -145,8 +120,8 @@ def main() -> None:
         if not args.no_peer:
             train = open_dataset(args.train or render(args.peer_images, 1, Path(tmp) / "train"))
             per_image = int(model.model_card_.get("recipe", {}).get("pixels_per_image", 1000))
-            pconf, fit_s, fit_mem = peer(train, samples, test, args.peer_images, per_image,
-                                         float(model.family_.max_offset))
+            pconf, fit_s, fit_mem = probe_forest_peer(train, train.samples[: args.peer_images], test, samples,
+                                                      per_image, float(model.family_.max_offset))
             print(f"scikit-learn RandomForest (3 trees, depth 20, 200 probe pairs, {args.peer_images} maps): mean "
                   f"per-part accuracy {pconf.mean_per_part():.3f}, pixel {pconf.pixel():.3f}; fit {fit_s:.0f} s, "
                   f"peak MiB {mib(fit_mem)}")
