@@ -142,13 +142,8 @@ class BodyPartsForest(ImageClassificationForest):
             self._scaled = cached = (family, scaled)
         return cached[1]
 
-    def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None, *,
-                        smooth: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Part posteriors of the body pixels only, averaged over `smoothing_mm`: (n, K) float32 (column k = part
-        k + 1) and (n, 2) (y, x)."""
-        self._check_fitted()
-        depth = check_depth(depth)
-        camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
+    def _raw_posteriors(self, depth: np.ndarray, camera: Camera) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each body pixel's own posterior (n, K) float32, its (n, 2) (y, x) and depth (n,) mm, of a checked map."""
         pts = all_points(0, depth.shape, depth > 0)
         stack = ImageStack.from_images([depth], integral=False)
         with numba_threads(self.n_jobs):
@@ -158,26 +153,39 @@ class BodyPartsForest(ImageClassificationForest):
             full = np.zeros((post.shape[0], len(self.part_names_)), dtype=np.float32)
             full[:, self.classes_.astype(np.int64) - 1] = post
             post = full
-        post = post.astype(np.float32, copy=False)
         yx = pts[:, 2:4]
-        radius = self._smoothing_radius(depth[yx[:, 0], yx[:, 1]], camera) if smooth else 0
-        if radius > 0:
-            post = smooth_posteriors(post, yx, radius)
-        return post, yx
+        return post.astype(np.float32, copy=False), yx, depth[yx[:, 0], yx[:, 1]]
 
-    def _smoothing_radius(self, z: np.ndarray, camera: Camera) -> int:
-        """The averaging window's half-width in pixels: `smoothing_mm` at the body's median depth."""
+    def _averaged(self, post: np.ndarray, yx: np.ndarray, z: np.ndarray, camera: Camera) -> np.ndarray:
+        """The posteriors averaged over `smoothing_mm` of body: a window of that half-width at the median depth."""
         if self.smoothing_mm <= 0 or z.size == 0:
-            return 0
-        return min(round(float(self.smoothing_mm) * camera.fx / float(np.median(z))), 64)
+            return post
+        radius = min(round(float(self.smoothing_mm) * camera.fx / float(np.median(z))), 64)
+        return smooth_posteriors(post, yx, radius) if radius > 0 else post
+
+    def _prepared(self, depth, camera: Camera | None) -> tuple[np.ndarray, Camera]:
+        self._check_fitted()
+        depth = check_depth(depth)
+        return depth, camera or Camera.kinect(depth.shape[1], depth.shape[0])
+
+    def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None, *,
+                        smooth: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Part posteriors of the body pixels only, averaged over `smoothing_mm` unless `smooth` is False:
+        (n, K) float32 (column k = part k + 1) and (n, 2) (y, x)."""
+        depth, camera = self._prepared(depth, camera)
+        post, yx, z = self._raw_posteriors(depth, camera)
+        return (self._averaged(post, yx, z, camera) if smooth else post), yx
+
+    def _on_grid(self, post: np.ndarray, yx: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        out = np.zeros((*shape, len(self.part_names_)), dtype=np.float32)
+        out[yx[:, 0], yx[:, 1]] = post
+        return out
 
     def part_probabilities(self, depth: np.ndarray, camera: Camera | None = None) -> np.ndarray:
         """(height, width, K) float32 part posteriors of every pixel (0 on background)."""
-        depth = check_depth(depth)
-        post, yx = self.body_posteriors(depth, camera)
-        out = np.zeros((*depth.shape, len(self.part_names_)), dtype=np.float32)
-        out[yx[:, 0], yx[:, 1]] = post
-        return out
+        depth, camera = self._prepared(depth, camera)
+        post, yx, z = self._raw_posteriors(depth, camera)
+        return self._on_grid(self._averaged(post, yx, z, camera), yx, depth.shape)
 
     def parse(self, depth, camera: Camera | None = None, *, probabilities: bool = False,
               joints: bool = True) -> BodyParts:
@@ -191,23 +199,18 @@ class BodyPartsForest(ImageClassificationForest):
         joints : propose joints (mean shift; skipped when False)
         """
         t0 = time.perf_counter()
-        depth = check_depth(depth)
-        camera = camera or Camera.kinect(depth.shape[1], depth.shape[0])
-        raw, yx = self.body_posteriors(depth, camera, smooth=False)
-        radius = self._smoothing_radius(depth[yx[:, 0], yx[:, 1]], camera)
-        post = smooth_posteriors(raw, yx, radius) if radius > 0 else raw
+        depth, camera = self._prepared(depth, camera)
+        raw, yx, z = self._raw_posteriors(depth, camera)
+        post = self._averaged(raw, yx, z, camera)
         labels = np.zeros(depth.shape, dtype=np.uint8)
         labels[yx[:, 0], yx[:, 1]] = np.argmax(post, axis=1) + 1
         t1 = time.perf_counter()
         found = {}
         if joints:  # from each pixel's own posterior: averaging blurs the small parts that joints need
-            found = propose_joints(raw, yx, depth[yx[:, 0], yx[:, 1]], camera, self.joint_parts_, self.push_mm_,
+            found = propose_joints(raw, yx, z, camera, self.joint_parts_, self.push_mm_,
                                    bandwidth_mm=float(self.bandwidth_mm), threshold=float(self.vote_threshold))
         t2 = time.perf_counter()
-        full = None
-        if probabilities:
-            full = np.zeros((*depth.shape, len(self.part_names_)), dtype=np.float32)
-            full[yx[:, 0], yx[:, 1]] = post
+        full = self._on_grid(post, yx, depth.shape) if probabilities else None
         return BodyParts(labels, full, found, camera, {"parts": t1 - t0, "joints": t2 - t1})
 
     # -- model files ---------------------------------------------------------------------------------------
