@@ -15,18 +15,14 @@ import numpy as np
 from imageforest.apps.bodyparts.depth import Camera, read_depth
 from imageforest.apps.bodyparts.model import BodyParts, BodyPartsForest
 from imageforest.apps.bodyparts.report import joints_document
-from imageforest.exceptions import ModelFormatError
+from imageforest.forest.serialization import model_file
 
 DEFAULT_MODEL = Path(__file__).parent / "models" / "bodies.npz"
 
 
 def load_body_model(path: str | Path | None = None) -> BodyPartsForest:
     """Load a body-parts model file (default: the shipped body model)."""
-    path = Path(path) if path is not None else DEFAULT_MODEL
-    if not path.is_file():
-        raise ModelFormatError(f"{path}: no such model file" + (" (the default model is missing from this "
-                                                                 "installation)" if path == DEFAULT_MODEL else ""))
-    return BodyPartsForest.load(path)
+    return BodyPartsForest.load(model_file(path, DEFAULT_MODEL))
 
 
 def model_name(model: BodyPartsForest) -> str:

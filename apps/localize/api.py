@@ -13,7 +13,8 @@ from pathlib import Path
 from imageforest.apps.localize.model import Localization, OrganLocalizer
 from imageforest.apps.localize.report import localization_json
 from imageforest.apps.localize.scans import read_scan, scan_warnings
-from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.exceptions import InvalidInputError
+from imageforest.forest.serialization import model_file
 from imageforest.imaging.io import Image
 
 DEFAULT_MODEL = Path(__file__).parent / "models" / "hn_organs.npz"
@@ -21,11 +22,7 @@ DEFAULT_MODEL = Path(__file__).parent / "models" / "hn_organs.npz"
 
 def load_localizer(path: str | Path | None = None) -> OrganLocalizer:
     """Load a localizer model file (default: the shipped head-and-neck model)."""
-    path = Path(path) if path is not None else DEFAULT_MODEL
-    if not path.is_file():
-        raise ModelFormatError(f"{path}: no such model file" + (" (the default model is missing from this "
-                                                                 "installation)" if path == DEFAULT_MODEL else ""))
-    return OrganLocalizer.load(path)
+    return OrganLocalizer.load(model_file(path, DEFAULT_MODEL))
 
 
 def model_identity(model: OrganLocalizer) -> dict:

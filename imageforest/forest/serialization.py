@@ -92,6 +92,16 @@ def _write_npz(fh, arrays: dict[str, np.ndarray]) -> None:
             zf.writestr(info, buf.getvalue())
 
 
+def model_file(path: str | os.PathLike | None, default: Path) -> Path:
+    """The model file a user named, or an application's shipped `default` when None; ModelFormatError when it is
+    not a file (saying so when the installation lacks its default model)."""
+    chosen = Path(path) if path is not None else default
+    if not chosen.is_file():
+        raise ModelFormatError(f"{chosen}: no such model file" + (" (the default model is missing from this "
+                                                                   "installation)" if chosen == default else ""))
+    return chosen
+
+
 def load_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """Read a model file; raise ModelFormatError with the reason if it is not one of ours.
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "data_scripts" / "render_bodies.py"
-
 
 @pytest.fixture(scope="module")
-def rb():
-    # imported by name from its folder (not from a file spec): numba's cache finds its kernels again that way
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        return importlib.import_module("render_bodies")
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+def rb(render_bodies):
+    return render_bodies
 
 
 def test_renders_are_deterministic_and_consistent(rb):

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-RENDERER = Path(__file__).resolve().parents[3] / "data_scripts" / "render_bodies.py"
 
-
-def renderer():
-    # imported by name from its folder (not from a file spec): numba's cache finds its kernels again that way
-    sys.path.insert(0, str(RENDERER.parent))
-    try:
-        return importlib.import_module("render_bodies")
-    finally:
-        sys.path.remove(str(RENDERER.parent))
-
-
-def write_renders(folder: Path, n: int, seed: int, width: int = 320, height: int = 240) -> Path:
-    rb = renderer()
+def write_renders(rb, folder: Path, n: int, seed: int, width: int = 320, height: int = 240) -> Path:
+    """n renders of `data_scripts/render_bodies.py` (the module `rb`) in the layout it writes."""
     folder.mkdir(parents=True, exist_ok=True)
     for k in range(n):
         depth, parts, doc = rb.render(np.random.default_rng([seed, k]), width, height)
@@ -35,15 +22,15 @@ def write_renders(folder: Path, n: int, seed: int, width: int = 320, height: int
 
 
 @pytest.fixture(scope="session")
-def renders(tmp_path_factory) -> Path:
+def renders(render_bodies, tmp_path_factory) -> Path:
     """40 training renders (seed 11)."""
-    return write_renders(tmp_path_factory.mktemp("renders"), 40, 11)
+    return write_renders(render_bodies, tmp_path_factory.mktemp("renders"), 40, 11)
 
 
 @pytest.fixture(scope="session")
-def held_out(tmp_path_factory) -> Path:
+def held_out(render_bodies, tmp_path_factory) -> Path:
     """6 renders never trained on (seed 12)."""
-    return write_renders(tmp_path_factory.mktemp("held_out"), 6, 12)
+    return write_renders(render_bodies, tmp_path_factory.mktemp("held_out"), 6, 12)
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +46,6 @@ def body_model_path(renders, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def make_renders():
-    """write_renders(folder, n, seed, width, height) -> folder."""
-    return write_renders
+def make_renders(render_bodies):
+    """make_renders(folder, n, seed, width, height) -> folder."""
+    return lambda *args: write_renders(render_bodies, *args)
