@@ -3,6 +3,8 @@ features (fixed depth-probe pairs computed up front, for scikit-learn)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 
@@ -98,10 +100,10 @@ def probe_features(depth: np.ndarray, yx: np.ndarray, pairs: np.ndarray, backgro
 
 
 def probe_forest_peer(train, train_samples, test, test_samples, per_image: int, max_offset: float,
-                      n_trees: int = 3, max_depth: int = 20) -> tuple[Confusion, float, int]:
+                      n_trees: int = 3, max_depth: int = 20) -> tuple[Confusion, float, int, float]:
     """scikit-learn's RandomForestClassifier (balanced classes) on 200 fixed probe pairs computed up front at
     `per_image` pixels of each training map, scored on every body pixel of the test maps: (confusion, fit
-    seconds, fit peak memory growth in bytes)."""
+    seconds, fit peak memory growth in bytes, median seconds per test map including its probe pairs)."""
     from sklearn.ensemble import RandomForestClassifier
 
     from benchmarks._measure import measure
@@ -119,11 +121,13 @@ def probe_forest_peer(train, train_samples, test, test_samples, per_image: int, 
     rf = RandomForestClassifier(n_estimators=n_trees, max_depth=max_depth, class_weight="balanced", n_jobs=2,
                                 random_state=0)
     _, fit_s, fit_mem = measure(lambda: rf.fit(X, y))
-    conf = Confusion(len(test.part_names))
+    conf, seconds = Confusion(len(test.part_names)), []
     for s in test_samples:
         depth, labels = test.load(s)
+        t0 = time.perf_counter()
         yy, xx = np.nonzero(depth > 0)
         pred = np.zeros_like(labels)
         pred[yy, xx] = rf.predict(probe_features(depth, np.c_[yy, xx], pairs))
+        seconds.append(time.perf_counter() - t0)
         conf.add(labels, pred)
-    return conf, fit_s, fit_mem
+    return conf, fit_s, fit_mem, float(np.median(seconds))

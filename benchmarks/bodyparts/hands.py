@@ -27,9 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._measure import measure, mib
-from benchmarks.bodyparts.common import Confusion, probe_features, probe_pairs
+from benchmarks.bodyparts.common import Confusion, probe_forest_peer
 from imageforest.apps.bodyparts import open_dataset, train_bodyparts
-from imageforest.apps.bodyparts.training import sample_pixels
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hand-depth-parts"
 N_TEST = 96
@@ -164,31 +163,9 @@ def main() -> None:
            f"fit {fit_s:.0f} s, peak MiB {mib(fit_mem)}")
 
     if not args.no_sklearn:
-        from sklearn.ensemble import RandomForestClassifier
-
-        rng = np.random.default_rng(0)
-        pairs = probe_pairs(np.random.default_rng(1), 200, float(model.family_.max_offset))
-        feats, labs = [], []
-        for s in train:
-            d, lab = data.load(s)
-            yx, parts = sample_pixels(lab, args.pixels, rng)
-            feats.append(probe_features(d, yx, pairs))
-            labs.append(parts)
-        rf = RandomForestClassifier(n_estimators=args.trees, max_depth=args.depth, class_weight="balanced",
-                                    n_jobs=2, random_state=0)
-        X, y = np.concatenate(feats), np.concatenate(labs)
-        _, rf_s, rf_mem = measure(lambda: rf.fit(X, y))
-        conf, times = Confusion(4), []
-        for s in test:
-            d, lab = data.load(s)
-            t0 = time.perf_counter()
-            yy, xx = np.nonzero(d > 0)
-            pred = np.zeros_like(lab)
-            pred[yy, xx] = rf.predict(probe_features(d, np.c_[yy, xx], pairs))
-            times.append(time.perf_counter() - t0)
-            conf.add(lab, pred)
-        report("scikit-learn RF, 200 probe pairs", conf, 1e3 * np.median(times),
-               f"fit {rf_s:.0f} s, peak MiB {mib(rf_mem)}")
+        conf, rf_s, rf_mem, rf_map_s = probe_forest_peer(data, train, data, test, args.pixels,
+                                                         float(model.family_.max_offset), args.trees, args.depth)
+        report("scikit-learn RF, 200 probe pairs", conf, 1e3 * rf_map_s, f"fit {rf_s:.0f} s, peak MiB {mib(rf_mem)}")
     if not args.no_unet:
         got = unet_peer(data, train, test, args.unet_minutes)
         if got is not None:

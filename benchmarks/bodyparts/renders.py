@@ -120,7 +120,7 @@ def main() -> None:
         if not args.no_peer:
             train = open_dataset(args.train or render(args.peer_images, 1, Path(tmp) / "train"))
             per_image = int(model.model_card_.get("recipe", {}).get("pixels_per_image", 1000))
-            pconf, fit_s, fit_mem = probe_forest_peer(train, train.samples[: args.peer_images], test, samples,
+            pconf, fit_s, fit_mem, _ = probe_forest_peer(train, train.samples[: args.peer_images], test, samples,
                                                       per_image, float(model.family_.max_offset))
             print(f"scikit-learn RandomForest (3 trees, depth 20, 200 probe pairs, {args.peer_images} maps): mean "
                   f"per-part accuracy {pconf.mean_per_part():.3f}, pixel {pconf.pixel():.3f}; fit {fit_s:.0f} s, "
