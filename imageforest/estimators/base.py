@@ -318,13 +318,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def family_from_spec(spec: dict, arrays: dict[str, np.ndarray]) -> FeatureFamily:
-    """Rebuild the feature family a model file names (vectors, image boxes, depth probes)."""
+    """Rebuild the feature family a model file names (vectors, image boxes, depth probes, pixel pairs)."""
     name = spec.get("name")
     if name == VectorFeatures.name:
         return VectorFeatures.from_spec(spec, arrays)
     from imageforest.imaging.features import BoxFeatures, DepthProbes  # imaging is optional for vector models
+    from imageforest.imaging.pixel_pairs import PixelPairs
 
-    for family in (BoxFeatures, DepthProbes):
+    for family in (BoxFeatures, DepthProbes, PixelPairs):
         if name == family.name:
             return family.from_spec(spec, arrays)
     raise ModelFormatError(f"unknown feature family {name!r}")

@@ -1,0 +1,474 @@
+"""HoughForestDetector: class-specific Hough forests for object detection (Gall and Lempitsky, CVPR 2009).
+
+Training images are rescaled so that every object has the same size (`object_size`, the geometric mean of the box
+sides, in pixels); 16x16 patches are drawn inside the boxes (object patches, each with its offset to the box
+centre and the box's size) and outside them or from background images (background patches). Trees are grown on
+pixel-pair tests of the 32 `hough_channels`; each node chooses at random whether it reduces the class-label
+uncertainty of all patches or the offset uncertainty of the object patches (Criminisi et al. 2012, sec. 3.5 and
+ch. 4: the same engine, two objectives). A leaf keeps its share of object patches and their offsets.
+
+Detection rescales the image to a few scales (object sizes relative to the image, learnt from the training boxes),
+lets every pixel's patch vote for object centres (`imageforest.voting.hough`), smooths each Hough image, takes its
+maxima, reads each maximum's box size from its votes, and keeps the strongest boxes by non-maximum suppression.
+
+References
+----------
+J. Gall, V. Lempitsky, "Class-specific Hough forests for object detection", CVPR 2009.
+A. Criminisi, J. Shotton, E. Konukoglu, "Decision forests: a unified framework for classification, regression,
+density estimation, manifold learning and semi-supervised learning", 2012.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from imageforest.estimators.base import BaseForest, numba_threads
+from imageforest.estimators.params import GROWTH, Integer, Real, Rule
+from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.objectives import NodeObjectives, Objective
+from imageforest.imaging.channels import N_CHANNELS, as_rgb, hough_channels
+from imageforest.imaging.pixel_pairs import PixelPairs, stack_channels
+from imageforest.voting.hough import cast_votes, hough_peaks, non_maximum_suppression
+
+MAX_DETECTIONS = 100
+PEAKS_PER_SCALE = 8
+
+
+@dataclass
+class Detection:
+    """One detected object.
+
+    Attributes
+    ----------
+    box_xyxy : [x0, y0, x1, y1] in the input image's pixels (x0, y0 the top-left corner, x1, y1 exclusive)
+    score : vote mass at the Hough maximum (expected number of object patches voting for this centre)
+    scale : factor the image was resized by when the object was found (its size / the learnt object size)
+    """
+
+    box_xyxy: list[float]
+    score: float
+    scale: float
+
+    def to_json(self) -> dict:
+        return {"box_xyxy": [round(float(v), 2) for v in self.box_xyxy], "score": round(float(self.score), 4),
+                "scale": round(float(self.scale), 4)}
+
+
+@dataclass
+class DetectionResult:
+    """What `HoughForestDetector.detect` gives for one image.
+
+    Attributes
+    ----------
+    detections : strongest first, after suppression and the score threshold
+    hough : per scale, the smoothed Hough image resized to the input's (height, width), float32 (only when asked)
+    scales : the resize factors searched
+    timing_s : seconds per step
+    """
+
+    detections: list[Detection]
+    hough: list[np.ndarray] | None
+    scales: list[float]
+    timing_s: dict[str, float] = field(default_factory=dict)
+
+
+def check_boxes(boxes, shape: tuple[int, int], what: str) -> np.ndarray:
+    """Boxes (k, 4) float64 [x0, y0, x1, y1], at least one, each non-empty and inside an image of `shape` (h, w)."""
+    b = np.asarray(boxes, dtype=np.float64)
+    if b.ndim == 1 and b.size == 4:
+        b = b[None]
+    if b.ndim != 2 or b.shape[1] != 4:
+        raise InvalidInputError(f"{what}: boxes must have shape (k, 4) = [x0, y0, x1, y1], got {b.shape}")
+    if b.shape[0] == 0:
+        raise InvalidInputError(f"{what} has no boxes; every training image needs at least one object")
+    if not np.isfinite(b).all():
+        raise InvalidInputError(f"{what}: a box holds NaN or infinite coordinates")
+    h, w = shape
+    bad = (b[:, 0] < 0) | (b[:, 1] < 0) | (b[:, 2] > w) | (b[:, 3] > h) | (b[:, 2] <= b[:, 0]) | (b[:, 3] <= b[:, 1])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise InvalidInputError(f"{what}: box {b[k].tolist()} is empty or outside the {w}x{h} image")
+    return b
+
+
+def resize(rgb: np.ndarray, scale: float) -> np.ndarray:
+    """An RGB image resized by `scale` (bilinear, low-pass filtered when shrinking), float32."""
+    from skimage.transform import rescale
+
+    if scale == 1.0:
+        return rgb
+    return rescale(rgb, scale, order=1, channel_axis=-1, anti_aliasing=scale < 1.0, preserve_range=True
+                   ).astype(np.float32)
+
+
+def _rng_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(0, 2**63 - 1))
+
+
+class HoughForestDetector(BaseForest):
+    """A class-specific Hough forest: object detection by patch votes for object centres.
+
+    Parameters
+    ----------
+    n_trees : int
+        T.
+    max_depth : int
+        D (root at 0).
+    n_candidates : int
+        rho, pixel-pair tests tried per node.
+    n_thresholds : int
+        K random thresholds per test.
+    min_samples_leaf : int
+        Fewest patches in a leaf.
+    patch_size : int
+        Side of the square patches (pixels at the learnt object size).
+    object_size : float
+        Geometric mean of box width and height (pixels) every training object is rescaled to.
+    patches_per_image : int
+        Patches drawn per training image, half inside its boxes and half outside (and as many per background
+        image).
+    offset_share : float
+        Probability that a node reduces offset uncertainty rather than class uncertainty; 0 grows a plain
+        classification forest (its leaves still store offsets, e.g. for a sliding-window baseline).
+    max_leaf_votes : int
+        Offsets kept per leaf (a random subset when more object patches reach it): bounds model size and detection
+        time.
+    n_scales : int
+        Scales searched per image, spanning the object sizes (relative to the image) seen in training.
+    smoothing : float
+        Standard deviation of the Gaussian that smooths each Hough image, in pixels at the learnt object size.
+    nms_iou : float
+        Boxes overlapping a stronger one by more than this IoU are dropped.
+    random_state : int or None
+        Fixes the model bytes whatever the thread count.
+    n_jobs : int or None
+        Threads (None: all cores).
+
+    Attributes (after `fit`)
+    ----------
+    leaf_foreground_ : (n_leaves,) float32, object share of each leaf (class-balanced)
+    vote_start_ : (n_leaves + 1,) int64;  votes_ : (n_votes, 4) float32 [dx, dy, width, height] at the learnt size
+    relative_sizes_ : (2,) smallest and largest object size relative to the image's geometric size searched
+    threshold_ : default score threshold of `detect`
+    model_card_ : what the model is (name, training data, measured accuracy), saved with it
+    """
+
+    _task = "hough-detection"
+    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **{k: GROWTH[k] for k in ("n_trees", "n_candidates", "random_state", "n_jobs")},
+        "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
+        "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
+        "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
+        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0)}
+    # fixed growth settings the base class reads
+    weak_learner = "axis"
+    structure = "tree"
+    two_sided = False
+    bootstrap = False
+    max_samples = None
+    min_samples_split = 2
+    min_gain = 0.0
+
+    def __init__(self, n_trees: int = 10, *, max_depth: int = 15, n_candidates: int = 200, n_thresholds: int = 16,
+                 min_samples_leaf: int = 20, patch_size: int = 16, object_size: float = 64.0,
+                 patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
+                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, random_state=None,
+                 n_jobs: int | None = None) -> None:
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.n_candidates = n_candidates
+        self.n_thresholds = n_thresholds
+        self.min_samples_leaf = min_samples_leaf
+        self.patch_size = patch_size
+        self.object_size = object_size
+        self.patches_per_image = patches_per_image
+        self.offset_share = offset_share
+        self.max_leaf_votes = max_leaf_votes
+        self.n_scales = n_scales
+        self.smoothing = smoothing
+        self.nms_iou = nms_iou
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    # -- training ------------------------------------------------------------------------------------------
+    def fit(self, images: Sequence[np.ndarray], boxes: Sequence[np.ndarray],
+            negatives: Sequence[np.ndarray] = ()) -> HoughForestDetector:
+        """Grow the forest on images with object boxes (and optional background images without the object).
+
+        Parameters
+        ----------
+        images : RGB images (h, w, 3), uint8 or float in [0, 1]
+        boxes : per image, (k, 4) boxes [x0, y0, x1, y1] in its pixels (k >= 1)
+        negatives : RGB images that contain no object
+        """
+        from imageforest.estimators.params import check_params
+
+        check_params(self)
+        if len(images) == 0:
+            raise InvalidInputError("no training images given")
+        if len(images) != len(boxes):
+            raise InvalidInputError(f"{len(images)} images but {len(boxes)} box lists")
+        rng = np.random.default_rng(self.random_state)
+        sample_rng = np.random.default_rng(_rng_seed(rng))
+        rgbs = [as_rgb(im, f"training image {k}") for k, im in enumerate(images)]
+        box_sets = [check_boxes(b, rgb.shape[:2], f"training image {k}")
+                    for k, (rgb, b) in enumerate(zip(rgbs, boxes, strict=True))]
+        neg_rgbs = [as_rgb(im, f"background image {k}") for k, im in enumerate(negatives)]
+
+        channels, points, offsets, sizes, labels = [], [], [], [], []
+        relative, scaled_sizes = [], []
+        half = self.patches_per_image // 2
+        for rgb, b in zip(rgbs, box_sets, strict=True):
+            geo = np.sqrt((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))
+            relative.extend(geo / np.sqrt(rgb.shape[0] * rgb.shape[1]))
+            scale = float(self.object_size / np.median(geo))
+            small = resize(rgb, scale)
+            sb = b * scale
+            scaled_sizes.append(np.sqrt(small.shape[0] * small.shape[1]))
+            k = len(channels)
+            channels.append(hough_channels(small))
+            pos, off, size = _object_patches(sb, small.shape[:2], half, sample_rng)
+            neg = _background_patches(sb, small.shape[:2], self.patches_per_image - half, sample_rng)
+            for pts, lab in ((pos, 1), (neg, 0)):
+                points.append(np.c_[np.full(len(pts), k), np.zeros(len(pts), np.int64), pts])
+                labels.append(np.full(len(pts), lab, np.int32))
+            offsets.extend([off, np.full((len(neg), 2), np.nan)])
+            sizes.extend([size, np.zeros((len(neg), 2))])
+        for rgb in neg_rgbs:
+            # a background image is shown at the size of a random training image (after its rescaling)
+            target = scaled_sizes[int(sample_rng.integers(len(scaled_sizes)))]
+            small = resize(rgb, float(target / np.sqrt(rgb.shape[0] * rgb.shape[1])))
+            k = len(channels)
+            channels.append(hough_channels(small))
+            neg = _background_patches(np.zeros((0, 4)), small.shape[:2], self.patches_per_image, sample_rng)
+            points.append(np.c_[np.full(len(neg), k), np.zeros(len(neg), np.int64), neg])
+            labels.append(np.zeros(len(neg), np.int32))
+            offsets.append(np.full((len(neg), 2), np.nan))
+            sizes.append(np.zeros((len(neg), 2)))
+        pts = np.ascontiguousarray(np.concatenate(points), dtype=np.int32)
+        y = np.concatenate(labels)
+        offset = np.concatenate(offsets)
+        size = np.concatenate(sizes)
+        n_pos, n_neg = int(np.sum(y == 1)), int(np.sum(y == 0))
+        if n_neg == 0:
+            raise InvalidInputError("no background patches: the boxes cover the whole of every image; add "
+                                    "background images")
+        # equal total weight for object and background patches (Gall and Lempitsky sample them in equal numbers)
+        weight = np.where(y == 1, 0.5 * y.size / n_pos, 0.5 * y.size / n_neg)
+        family = PixelPairs(N_CHANNELS, self.patch_size)
+        stack = family.prepare(channels)
+        del channels
+        cls = Objective.classification(y, 2)
+        if self.offset_share > 0:
+            reg = Objective.regression(offset, "squared_error")
+            objective = NodeObjectives.random([cls, reg], [1.0 - self.offset_share, self.offset_share])
+        else:
+            objective = cls
+        grown = self.grow(family, (stack, pts), y.size, objective, weight)
+        self._fit_leaves(grown, y, weight, offset, size, np.random.default_rng(_rng_seed(rng)))
+        rel = np.asarray(relative)
+        self.relative_sizes_ = np.array([np.percentile(rel, 2.5), np.percentile(rel, 97.5)])
+        self.threshold_ = 0.0
+        self.model_card_: dict = {}
+        self.n_training_ = {"images": len(rgbs), "background_images": len(neg_rgbs), "object_patches": n_pos,
+                            "background_patches": n_neg}
+        return self
+
+    def _fit_leaves(self, grown, y, weight, offset, size, rng) -> None:
+        """Object share per leaf and up to `max_leaf_votes` object offsets per leaf."""
+        n_leaves = grown.leaf_start.size
+        leaf, positions = grown.leaf_members()
+        point = grown.order[positions]
+        w = weight[point]
+        fg = np.bincount(leaf, weights=w * (y[point] == 1), minlength=n_leaves)
+        total = np.bincount(leaf, weights=w, minlength=n_leaves)
+        self.leaf_foreground_ = (fg / np.maximum(total, 1e-300)).astype(np.float32)
+        obj = y[point] == 1
+        leaf_o, point_o = leaf[obj], point[obj]
+        # a random subset of each leaf's object patches: random keys, sorted within leaves
+        key = rng.random(leaf_o.size)
+        order = np.lexsort((key, leaf_o))
+        leaf_o, point_o = leaf_o[order], point_o[order]
+        counts = np.bincount(leaf_o, minlength=n_leaves)
+        first = np.r_[0, np.cumsum(counts)[:-1]]
+        rank = np.arange(leaf_o.size) - first[leaf_o]
+        keep = rank < self.max_leaf_votes
+        leaf_o, point_o = leaf_o[keep], point_o[keep]
+        kept = np.bincount(leaf_o, minlength=n_leaves)
+        self.vote_start_ = np.r_[0, np.cumsum(kept)].astype(np.int64)
+        self.votes_ = np.ascontiguousarray(np.c_[offset[point_o], size[point_o]], dtype=np.float32)
+
+    # -- detection -----------------------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "votes_"):
+            from imageforest.exceptions import NotFittedError
+
+            raise NotFittedError("this HoughForestDetector is not fitted yet; call fit (or load) first")
+
+    def search_scales(self, shape: tuple[int, int]) -> np.ndarray:
+        """Resize factors searched for an image of `shape` (h, w): object sizes from the smallest to the largest
+        relative size seen in training, geometrically spaced, each brought to `object_size`."""
+        self._check_fitted()
+        geo = np.sqrt(shape[0] * shape[1])
+        lo, hi = self.relative_sizes_
+        rel = np.geomspace(lo, hi, self.n_scales) if self.n_scales > 1 else np.array([np.sqrt(lo * hi)])
+        return self.object_size / (geo * rel)
+
+    def _leaf_weight(self) -> np.ndarray:
+        counts = np.diff(self.vote_start_)
+        w = self.leaf_foreground_ / (np.maximum(counts, 1) * self.forest_.n_trees)
+        return np.where(counts > 0, w, 0.0).astype(np.float32)
+
+    def vote(self, rgb: np.ndarray, scale: float) -> np.ndarray:
+        """Smoothed Hough image of an RGB image (see `as_rgb`) resized by `scale`: (3, h', w') float32 (vote mass,
+        vote-weighted width and height sums, in pixels of the resized image)."""
+        from scipy import ndimage
+
+        small = resize(rgb, scale)
+        h, w = small.shape[:2]
+        stack = stack_channels([hough_channels(small)])
+        yy, xx = np.divmod(np.arange(h * w, dtype=np.int64), w)
+        pts = np.ascontiguousarray(np.c_[np.zeros((h * w, 2), np.int64), yy, xx], dtype=np.int32)
+        with numba_threads(self.n_jobs):
+            leaves = self.family_.apply((stack, pts), self.forest_)
+            weight = getattr(self, "_weight_cache", None)
+            if weight is None:
+                weight = self._weight_cache = self._leaf_weight()
+            acc = cast_votes(leaves, yy, xx, self.vote_start_, self.votes_, weight, (h, w))
+        if self.smoothing > 0:
+            for c in range(3):
+                acc[c] = ndimage.gaussian_filter(acc[c], self.smoothing, mode="constant")
+        return acc
+
+    def detect(self, image: np.ndarray, threshold: float | None = None, scales: Sequence[float] | None = None,
+               keep_hough: bool = False) -> DetectionResult:
+        """Objects in one RGB image.
+
+        Parameters
+        ----------
+        image : (h, w, 3) RGB, uint8 or float in [0, 1]
+        threshold : least score of a reported detection (default: the model's `threshold_`)
+        scales : resize factors to search (default: `search_scales`)
+        keep_hough : also return each scale's Hough image at the input's size
+
+        Returns
+        -------
+        DetectionResult, boxes in the input's pixels.
+        """
+        self._check_fitted()
+        rgb = as_rgb(image)
+        thr = self.threshold_ if threshold is None else float(threshold)
+        if not np.isfinite(thr):
+            raise InvalidInputError(f"the score threshold must be a finite number, got {threshold}")
+        factors = self.search_scales(rgb.shape[:2]) if scales is None else np.asarray(scales, dtype=np.float64)
+        if factors.ndim != 1 or factors.size == 0 or not np.all((factors > 0) & np.isfinite(factors)):
+            raise InvalidInputError("scales must be positive numbers")
+        t0 = time.perf_counter()
+        boxes, scores, found_at, houghs = [], [], [], []
+        radius = max(1, round(0.15 * self.object_size))
+        for s in factors:
+            # an image shrunk below a patch has nothing to vote with
+            if min(rgb.shape[0], rgb.shape[1]) * s < 4:
+                continue
+            acc = self.vote(rgb, float(s))
+            peaks = hough_peaks(acc[0], radius, 0.0, PEAKS_PER_SCALE)
+            for py, px in peaks:
+                mass = acc[0, py, px]
+                bw, bh = acc[1, py, px] / mass, acc[2, py, px] / mass
+                cx, cy = (px + 0.5) / s, (py + 0.5) / s
+                boxes.append([cx - 0.5 * bw / s, cy - 0.5 * bh / s, cx + 0.5 * bw / s, cy + 0.5 * bh / s])
+                scores.append(float(mass))
+                found_at.append(float(s))
+            if keep_hough:
+                houghs.append(_to_shape(acc[0], rgb.shape[:2]))
+        t1 = time.perf_counter()
+        dets: list[Detection] = []
+        if boxes:
+            b = np.asarray(boxes)
+            h, w = rgb.shape[:2]
+            b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, w)
+            b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, h)
+            keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou)
+            dets = [Detection(b[i].tolist(), scores[i], found_at[i]) for i in keep if scores[i] >= thr]
+        return DetectionResult(dets[:MAX_DETECTIONS], houghs if keep_hough else None, [float(s) for s in factors],
+                               {"vote": t1 - t0, "suppress": time.perf_counter() - t1})
+
+    # -- model files ---------------------------------------------------------------------------------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        return {"leaf_foreground": self.leaf_foreground_, "vote_start": self.vote_start_, "votes": self.votes_,
+                "relative_sizes": self.relative_sizes_}
+
+    def _extra_metadata(self) -> dict:
+        return {"threshold": float(self.threshold_), "model_card": getattr(self, "model_card_", {}),
+                "n_training": getattr(self, "n_training_", {})}
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        try:
+            fg = np.asarray(arrays["leaf_foreground"])
+            start = np.asarray(arrays["vote_start"])
+            votes = np.asarray(arrays["votes"])
+            rel = np.asarray(arrays["relative_sizes"])
+        except KeyError as exc:
+            raise ModelFormatError(f"the detector's leaves are missing ({exc})") from None
+        n_leaves = self.forest_.n_leaves
+        if (fg.dtype != np.float32 or fg.shape != (n_leaves,) or not np.all((fg >= 0) & (fg <= 1))):
+            raise ModelFormatError("leaf_foreground must hold one share in [0, 1] per leaf (float32)")
+        if (start.dtype != np.int64 or start.shape != (n_leaves + 1,) or start[0] != 0
+                or np.any(np.diff(start) < 0)):
+            raise ModelFormatError("vote_start must be an increasing int64 index with one entry per leaf plus one")
+        if (votes.dtype != np.float32 or votes.ndim != 2 or votes.shape != (int(start[-1]), 4)
+                or not np.isfinite(votes).all() or np.any(votes[:, 2:] <= 0)):
+            raise ModelFormatError("votes must be (n, 4) finite float32 offsets and positive sizes")
+        if rel.shape != (2,) or not np.all(np.isfinite(rel)) or not 0 < rel[0] <= rel[1] <= 10:
+            raise ModelFormatError("relative_sizes must be two increasing positive numbers")
+        thr, card = meta.get("threshold"), meta.get("model_card", {})
+        if not isinstance(thr, (int, float)) or not np.isfinite(thr):
+            raise ModelFormatError("the model's score threshold is missing")
+        if not isinstance(card, dict):
+            raise ModelFormatError("the model card is not a mapping")
+        if not isinstance(self.family_, PixelPairs) or self.family_.n_channels != N_CHANNELS:
+            raise ModelFormatError("a Hough detector reads pixel pairs of the 32 Hough channels")
+        self.leaf_foreground_, self.vote_start_, self.votes_ = fg, start, votes
+        self.relative_sizes_ = rel.astype(np.float64)
+        self.threshold_ = float(thr)
+        self.model_card_ = card
+        self.n_training_ = meta.get("n_training", {})
+
+
+def _to_shape(image: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    from skimage.transform import resize as sk_resize
+
+    return sk_resize(image, shape, order=1, preserve_range=True, anti_aliasing=False).astype(np.float32)
+
+
+def _object_patches(boxes: np.ndarray, shape: tuple[int, int], n: int, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n pixels drawn uniformly inside the boxes (boxes in proportion to their areas): (n, 2) (y, x), each one's
+    offset (dx, dy) from its pixel centre to its box's centre, and its box's (width, height)."""
+    h, w = shape
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    which = rng.choice(len(boxes), size=n, p=area / area.sum())
+    b = boxes[which]
+    x = np.clip(np.floor(rng.uniform(b[:, 0], b[:, 2])).astype(np.int64), 0, w - 1)
+    y = np.clip(np.floor(rng.uniform(b[:, 1], b[:, 3])).astype(np.int64), 0, h - 1)
+    offset = np.c_[0.5 * (b[:, 0] + b[:, 2]) - (x + 0.5), 0.5 * (b[:, 1] + b[:, 3]) - (y + 0.5)]
+    size = np.c_[b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]]
+    return np.c_[y, x], offset, size
+
+
+def _background_patches(boxes: np.ndarray, shape: tuple[int, int], n: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to n pixels drawn uniformly outside every box: (m, 2) (y, x)."""
+    h, w = shape
+    outside = np.ones((h, w), dtype=bool)
+    for x0, y0, x1, y1 in boxes:
+        outside[int(np.floor(y0)):int(np.ceil(y1)), int(np.floor(x0)):int(np.ceil(x1))] = False
+    flat = np.flatnonzero(outside.ravel())
+    if flat.size == 0:
+        return np.zeros((0, 2), np.int64)
+    pick = np.sort(rng.choice(flat, size=min(n, flat.size), replace=False))
+    return np.c_[pick // w, pick % w]

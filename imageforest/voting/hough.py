@@ -1,0 +1,113 @@
+"""Hough voting for object detection: patches cast their leaves' offset votes into an image of object centres.
+
+Every pixel of an image reaches one leaf per tree; each leaf holds the offsets from its training patches to their
+objects' centres (and those objects' sizes) and the share of object patches among them. A pixel votes at its own
+position plus each stored offset with weight p(object | leaf) / (number of offsets x T), so the Hough image sums to
+the expected number of object patches whose centres land in each cell (Gall and Lempitsky, "Class-specific Hough
+forests for object detection", CVPR 2009). Alongside the vote mass, the vote-weighted object sizes are summed,
+so that a maximum also says how large its object is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from imageforest.kernels import njit
+
+N_CHUNKS = 8  # fixed pixel chunks, each with its own accumulator: sums do not depend on the thread count
+
+
+@njit(cache=True, parallel=True)
+def _cast(leaves, ys, xs, vote_start, votes, leaf_weight, height, width):  # pragma: no cover - numba
+    n = leaves.shape[0]
+    n_trees = leaves.shape[1]
+    acc = np.zeros((N_CHUNKS, 3, height, width), dtype=np.float32)
+    step = (n + N_CHUNKS - 1) // N_CHUNKS
+    for c in prange(N_CHUNKS):
+        for i in range(c * step, min(n, (c + 1) * step)):
+            y0 = np.float32(ys[i])
+            x0 = np.float32(xs[i])
+            for t in range(n_trees):
+                leaf = leaves[i, t]
+                w = leaf_weight[leaf]
+                if w <= 0.0:
+                    continue
+                for v in range(vote_start[leaf], vote_start[leaf + 1]):
+                    y = int(np.floor(y0 + votes[v, 1] + np.float32(0.5)))
+                    x = int(np.floor(x0 + votes[v, 0] + np.float32(0.5)))
+                    if y < 0 or y >= height or x < 0 or x >= width:
+                        continue
+                    acc[c, 0, y, x] += w
+                    acc[c, 1, y, x] += w * votes[v, 2]
+                    acc[c, 2, y, x] += w * votes[v, 3]
+    out = acc[0].copy()
+    for c in range(1, N_CHUNKS):
+        out += acc[c]
+    return out
+
+
+def cast_votes(leaves: np.ndarray, ys: np.ndarray, xs: np.ndarray, vote_start: np.ndarray, votes: np.ndarray,
+               leaf_weight: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """Accumulate the votes of pixels at (ys, xs) reaching `leaves`.
+
+    Parameters
+    ----------
+    leaves : (n, T) int32 leaf ids;  ys, xs : (n,) int pixel coordinates
+    vote_start : (n_leaves + 1,) int64, leaf l's votes are rows vote_start[l]:vote_start[l + 1] of `votes`
+    votes : (n_votes, 4) float32 [dx, dy, width, height] in pixels (offset to the centre, object size)
+    leaf_weight : (n_leaves,) float32 weight of each of a leaf's votes
+    shape : (height, width) of the Hough image
+
+    Returns
+    -------
+    (3, height, width) float32: vote mass, and vote-weighted sums of object width and height.
+    """
+    return _cast(np.ascontiguousarray(leaves, dtype=np.int32), np.ascontiguousarray(ys, dtype=np.int32),
+                 np.ascontiguousarray(xs, dtype=np.int32), vote_start, votes, leaf_weight, int(shape[0]),
+                 int(shape[1]))
+
+
+def hough_peaks(hough: np.ndarray, radius: int, threshold: float, max_peaks: int) -> np.ndarray:
+    """Local maxima of a (smoothed) Hough image: (k, 2) int (y, x), strongest first.
+
+    A cell is a peak when no cell within `radius` (a (2 radius + 1)^2 window) is higher and its value is at least
+    `threshold`; ties keep the first cell in raster order.
+    """
+    from scipy import ndimage
+
+    size = 2 * int(radius) + 1
+    top = ndimage.maximum_filter(hough, size=size, mode="constant", cval=-np.inf)
+    ys, xs = np.nonzero((hough >= top) & (hough >= threshold) & (hough > 0))
+    order = np.argsort(-hough[ys, xs], kind="stable")[:max_peaks]
+    return np.c_[ys[order], xs[order]]
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Intersection over union of boxes a (n, 4) and b (m, 4), [x0, y0, x1, y1]: (n, m)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    ix = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    iy = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    inter = ix * iy
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def non_maximum_suppression(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
+    """Indices of the boxes kept by greedy suppression: strongest first, each dropping the later boxes that overlap
+    it with IoU above `iou`."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    keep: list[int] = []
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    alive = np.ones(order.size, dtype=bool)
+    for pos, i in enumerate(order):
+        if not alive[pos]:
+            continue
+        keep.append(int(i))
+        rest = order[pos + 1:]
+        if rest.size:
+            alive[pos + 1:] &= box_iou(boxes[i], boxes[rest])[0] <= iou
+    return np.array(keep, dtype=np.int64)
