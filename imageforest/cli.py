@@ -18,6 +18,8 @@ APP_COMMANDS = {
     "segment": "imageforest.apps.segment.cli",
     "bodyparts": "imageforest.apps.bodyparts.cli",
     "train-bodyparts": "imageforest.apps.bodyparts.cli",
+    "detect": "imageforest.apps.detect.cli",
+    "train-detector": "imageforest.apps.detect.cli",
 }
 
 

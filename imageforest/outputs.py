@@ -6,10 +6,12 @@ outputs on one file) stops it before any result is written, and nothing an input
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from imageforest.cli import fail
+from imageforest.forest.serialization import atomic_write
 
 
 def _stem(path: Path, suffixes: tuple[str, ...]) -> str:
@@ -88,3 +90,9 @@ def check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -
     if path.exists() and not path.is_file() and not (devices and path.is_char_device()):
         raise fail(f"{what}: {path} is not a regular file" + (" or a device like /dev/null (a pipe?)" if devices
                                                                else "") + "; refusing it")
+
+
+def write_json(document: dict, path: str | os.PathLike, indent: int = 1) -> None:
+    """Write one JSON document atomically (a temporary file beside it, then moved into place)."""
+    text = json.dumps(document, indent=indent) + "\n"
+    atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))

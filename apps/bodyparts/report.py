@@ -6,7 +6,6 @@ Every file is written atomically (a temporary file beside it, then moved into pl
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 
 from imageforest.apps.bodyparts.model import BodyParts, BodyPartsForest
 from imageforest.forest.serialization import atomic_write
+from imageforest.outputs import write_json  # noqa: F401  (the command imports it from here)
 
 JOINTS_FORMAT = 1
 
@@ -52,10 +52,6 @@ def write_parts_png(labels: np.ndarray, path: str | os.PathLike) -> None:
     from PIL import Image as PILImage
 
     atomic_write(path, lambda fh: PILImage.fromarray(labels.astype(np.uint8)).save(fh, format="PNG"))
-
-
-def write_json(document: dict, path: str | os.PathLike) -> None:
-    atomic_write(path, lambda fh: fh.write((json.dumps(document, indent=1) + "\n").encode()))
 
 
 def write_probabilities(p: np.ndarray, path: str | os.PathLike) -> None:

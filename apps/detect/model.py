@@ -28,14 +28,16 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, Integer, Real, Rule
+from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.losses import LOSSES
 from imageforest.forest.objectives import NodeObjectives, Objective
 from imageforest.imaging.channels import N_CHANNELS, as_rgb, hough_channels
 from imageforest.imaging.pixel_pairs import PixelPairs, stack_channels
 from imageforest.voting.hough import cast_votes, hough_peaks, non_maximum_suppression
 
 MAX_DETECTIONS = 100
+VARIANTS = ("hough", "adhf")
 PEAKS_PER_SCALE = 8
 
 
@@ -144,6 +146,12 @@ class HoughForestDetector(BaseForest):
         Standard deviation of the Gaussian that smooths each Hough image, in pixels at the learnt object size.
     nms_iou : float
         Boxes overlapping a stronger one by more than this IoU are dropped.
+    variant : {"hough", "adhf"}
+        "adhf": alternating decision Hough forest (Schulter et al., "Alternating decision forests", CVPR 2013,
+        sec. 5): trees grown level by level with patch weights from the gradient of a global `loss` at the
+        forest's margins, so that later levels concentrate on the patches the forest still gets wrong.
+    loss : {"logit", "exponential", "savage", "tangent", "hinge"}
+        The global loss of "adhf" (unused by "hough").
     random_state : int or None
         Fixes the model bytes whatever the thread count.
     n_jobs : int or None
@@ -164,7 +172,8 @@ class HoughForestDetector(BaseForest):
         "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
-        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0)}
+        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0), "variant": Options(choices=VARIANTS),
+        "loss": Options(choices=LOSSES)}
     # fixed growth settings the base class reads
     weak_learner = "axis"
     structure = "tree"
@@ -177,8 +186,8 @@ class HoughForestDetector(BaseForest):
     def __init__(self, n_trees: int = 10, *, max_depth: int = 15, n_candidates: int = 200, n_thresholds: int = 16,
                  min_samples_leaf: int = 20, patch_size: int = 16, object_size: float = 64.0,
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
-                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, variant: str = "hough",
+                 loss: str = "logit", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.n_candidates = n_candidates
@@ -192,8 +201,13 @@ class HoughForestDetector(BaseForest):
         self.n_scales = n_scales
         self.smoothing = smoothing
         self.nms_iou = nms_iou
+        self.variant = variant
+        self.loss = loss
         self.random_state = random_state
         self.n_jobs = n_jobs
+
+    def _global_loss(self) -> str | None:
+        return self.loss if self.variant == "adhf" else None
 
     # -- training ------------------------------------------------------------------------------------------
     def fit(self, images: Sequence[np.ndarray], boxes: Sequence[np.ndarray],
@@ -324,11 +338,8 @@ class HoughForestDetector(BaseForest):
         w = self.leaf_foreground_ / (np.maximum(counts, 1) * self.forest_.n_trees)
         return np.where(counts > 0, w, 0.0).astype(np.float32)
 
-    def vote(self, rgb: np.ndarray, scale: float) -> np.ndarray:
-        """Smoothed Hough image of an RGB image (see `as_rgb`) resized by `scale`: (3, h', w') float32 (vote mass,
-        vote-weighted width and height sums, in pixels of the resized image)."""
-        from scipy import ndimage
-
+    def _leaves(self, rgb: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+        """Leaf ids (h' w', T) of every pixel of the image resized by `scale`, the pixels' (y, x) and (h', w')."""
         small = resize(rgb, scale)
         h, w = small.shape[:2]
         stack = stack_channels([hough_channels(small)])
@@ -336,6 +347,21 @@ class HoughForestDetector(BaseForest):
         pts = np.ascontiguousarray(np.c_[np.zeros((h * w, 2), np.int64), yy, xx], dtype=np.int32)
         with numba_threads(self.n_jobs):
             leaves = self.family_.apply((stack, pts), self.forest_)
+        return leaves, yy, xx, (h, w)
+
+    def foreground_probability(self, rgb: np.ndarray, scale: float) -> np.ndarray:
+        """p(object | patch) of every pixel of an RGB image resized by `scale` (mean over trees): (h', w')."""
+        self._check_fitted()
+        leaves, _, _, shape = self._leaves(as_rgb(rgb), scale)
+        return self.leaf_foreground_[leaves].mean(axis=1).reshape(shape)
+
+    def vote(self, rgb: np.ndarray, scale: float) -> np.ndarray:
+        """Smoothed Hough image of an RGB image (see `as_rgb`) resized by `scale`: (3, h', w') float32 (vote mass,
+        vote-weighted width and height sums, in pixels of the resized image)."""
+        from scipy import ndimage
+
+        leaves, yy, xx, (h, w) = self._leaves(rgb, scale)
+        with numba_threads(self.n_jobs):
             weight = getattr(self, "_weight_cache", None)
             if weight is None:
                 weight = self._weight_cache = self._leaf_weight()
@@ -371,11 +397,15 @@ class HoughForestDetector(BaseForest):
         t0 = time.perf_counter()
         boxes, scores, found_at, houghs = [], [], [], []
         radius = max(1, round(0.15 * self.object_size))
+        # One low-pass resize to the largest scale searched, the others from it: a large photograph is filtered
+        # once rather than once per scale (same pixels up to the filter's tail).
+        top = float(min(1.0, factors.max()))
+        base = resize(rgb, top)
         for s in factors:
             # an image shrunk below a patch has nothing to vote with
             if min(rgb.shape[0], rgb.shape[1]) * s < 4:
                 continue
-            acc = self.vote(rgb, float(s))
+            acc = self.vote(base, float(s) / top)
             peaks = hough_peaks(acc[0], radius, 0.0, PEAKS_PER_SCALE)
             for py, px in peaks:
                 mass = acc[0, py, px]

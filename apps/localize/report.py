@@ -15,15 +15,14 @@ JSON schema (documented in the README; other tools and our benchmarks read it)::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from imageforest.apps.localize.model import Localization
 from imageforest.apps.localize.scans import box_to_index
-from imageforest.forest.serialization import atomic_write
 from imageforest.imaging.io import Image, write_image
+from imageforest.outputs import write_json as write_json_file
 
 
 def _axes(values: np.ndarray, digits: int) -> dict[str, list[float]]:
@@ -52,8 +51,7 @@ def localization_json(result: Localization, scan: Image, scan_name: str, model: 
 
 def write_json(document: dict, path: str | Path) -> None:
     """Write one JSON document atomically."""
-    text = json.dumps(document, indent=2) + "\n"
-    atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+    write_json_file(document, path, indent=2)
 
 
 def table(document: dict) -> str:

@@ -101,7 +101,12 @@ class BaseForest:
             n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),
             min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain),
             bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
-            two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling)
+            two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling, loss=self._global_loss())
+
+    def _global_loss(self) -> str | None:
+        """The global loss whose gradients re-weight the points level by level (alternating decision forests), or
+        None for the usual locally grown forest."""
+        return None
 
     def _resolve_candidates(self, n_features: int) -> int:
         """rho, the number of candidate weak-learner parameter rows tried per node."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from imageforest.forest.features import FeatureFamily
+from imageforest.forest.losses import forest_margins, loss_gradient
 from imageforest.forest.objectives import GINI, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
@@ -59,6 +60,7 @@ class GrowthSettings:
     structure: str = "tree"
     two_sided: bool = False
     threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
+    loss: str | None = None  # a global loss (alternating decision forests): weights from the forest's margins
 
 
 @dataclass
@@ -246,9 +248,18 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
     data = family.training_data(data)
+    loss_labels = None
+    if settings.loss is not None:
+        loss_gradient(settings.loss, np.zeros(1))  # an unknown loss fails before growth
+        if settings.bootstrap:
+            raise ValueError("a global loss re-weights points, not bootstrap copies: grow without bootstrap")
+        labelled = [o for o in objectives if o.criterion <= GINI]
+        if not labelled:
+            raise ValueError("a global loss needs a classification objective (the margins are of class labels)")
+        loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
     rows_matrix, per_position, unit_weights = None, False, False
     if (K is not None and not fern and settings.threshold_sampling == "range" and lifted is None
-            and choose is None):
+            and choose is None and loss_labels is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
         # Labels and few targets travel with the order, so the fused search reads them sequentially; labels as int8
@@ -276,6 +287,14 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
     while f_start.size:
         n_front = f_start.size
+        if loss_labels is not None and depth > 0:
+            # Alternating decision forests: the forest grown so far weighs the points for the next level.
+            base = sample_weight[order]
+            done = leaf_table.head(leaf_count)
+            margin = forest_margins(order, base, np.r_[f_start, done["start"]], np.r_[f_end, done["end"]],
+                                    loss_labels, loss_classes, n_points)
+            grad = loss_gradient(settings.loss, margin)
+            wts = base * (grad / max(float(np.mean(grad)), 1e-300))[order]
         crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
         labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
         if rows_matrix is not None and per_position and unit_weights and crit <= GINI:
@@ -428,6 +447,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     leaf_arrays = leaf_table.head(leaf_count)
     forest = ForestArrays(**node_arrays, tree_root=np.arange(T, dtype=np.int32), leaf_node=leaf_arrays["node"],
                           leaf_tree=leaf_arrays["tree"])
+    if loss_labels is not None:
+        wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
     return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_arrays["start"], leaf_arrays["end"]))
 
 

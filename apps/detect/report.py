@@ -1,0 +1,73 @@
+"""What `imageforest detect` writes: the detections JSON and an overlay picture (boxes, and the Hough image).
+
+Every file is written atomically (a temporary file beside it, then moved into place).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+
+from imageforest.apps.detect.model import DetectionResult, HoughForestDetector
+from imageforest.forest.serialization import atomic_write
+from imageforest.outputs import write_json  # noqa: F401  (the command imports it from here)
+
+DETECTIONS_FORMAT = 1
+BOX_COLOUR = (255, 210, 0)
+
+
+def detections_document(result: DetectionResult, model: HoughForestDetector, source: str, model_name: str,
+                        size_wh: tuple[int, int], threshold: float) -> dict:
+    """The detections JSON: boxes [x0, y0, x1, y1] in the input image's pixels, strongest first."""
+    return {
+        "format": DETECTIONS_FORMAT,
+        "image": source,
+        "model": {"name": model_name, "object_size": float(model.object_size), "threshold": float(threshold)},
+        "size": [int(size_wh[0]), int(size_wh[1])],
+        "detections": [d.to_json() for d in result.detections],
+        "scales": [round(s, 4) for s in result.scales],
+        "timing_s": {k: round(v, 4) for k, v in result.timing_s.items()},
+    }
+
+
+def heat(values: np.ndarray) -> np.ndarray:
+    """(h, w) non-negative values as (h, w, 3) uint8 colours, dark blue (0) through red to yellow (the maximum)."""
+    top = float(values.max()) if values.size else 0.0
+    t = np.clip(values / top, 0.0, 1.0) if top > 0 else np.zeros_like(values)
+    r = np.clip(2.0 * t, 0, 1)
+    g = np.clip(2.0 * t - 1.0, 0, 1)
+    b = np.clip(0.5 - t, 0, 0.5)
+    return (np.stack([r, g, b], axis=-1) * 255).astype(np.uint8)
+
+
+def overlay_image(rgb: np.ndarray, result: DetectionResult) -> np.ndarray:
+    """(h, 2 w, 3) uint8: the image with its boxes and scores, beside the Hough image (maximum over scales)."""
+    from PIL import Image as PILImage
+    from PIL import ImageDraw
+
+    h, w = rgb.shape[:2]
+    left = PILImage.fromarray((np.clip(rgb, 0, 1) * 255).round().astype(np.uint8))
+    hough = np.max(np.stack(result.hough), axis=0) if result.hough else np.zeros((h, w), np.float32)
+    right = PILImage.fromarray(heat(hough))
+    pic = PILImage.new("RGB", (2 * w, h))
+    pic.paste(left, (0, 0))
+    pic.paste(right, (w, 0))
+    draw = ImageDraw.Draw(pic)
+    line = max(1, round(min(h, w) / 150))
+    for rank, d in enumerate(result.detections):
+        x0, y0, x1, y1 = d.box_xyxy
+        for dx in (0, w):
+            draw.rectangle([x0 + dx, y0, x1 + dx - 1, y1 - 1], outline=BOX_COLOUR if rank == 0 else (255, 255, 255),
+                           width=line)
+        draw.text((x0 + 3, y0 + 2), f"{d.score:.2f}", fill=BOX_COLOUR if rank == 0 else (255, 255, 255))
+    return np.asarray(pic)
+
+
+def write_overlay(rgb: np.ndarray, result: DetectionResult, path: str | os.PathLike) -> None:
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.fromarray(overlay_image(rgb, result)).save(buf, format="PNG")
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
