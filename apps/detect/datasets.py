@@ -95,6 +95,8 @@ def _boxes_of(entry, name: str) -> tuple[np.ndarray, tuple[float, float] | None]
         raise InvalidInputError(f"boxes.json: the boxes of {name} are not numbers") from None
     if boxes.ndim == 1 and boxes.size == 4:
         boxes = boxes[None]
+    if boxes.size == 0:
+        raise InvalidInputError(f"boxes.json: {name} has no boxes; every training image needs at least one object")
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise InvalidInputError(f"boxes.json: {name} must list boxes [x0, y0, x1, y1], got shape {boxes.shape}")
     return boxes, frame

@@ -139,7 +139,7 @@ def train_dlib(train: list[Sample], negatives: list[Sample], window: int = 80 * 
     import dlib
 
     images = [np.ascontiguousarray((s.rgb * 255).round().astype(np.uint8)) for s in [*train, *negatives]]
-    rects = [[dlib.rectangle(int(round(b[0])), int(round(b[1])), int(round(b[2])) - 1, int(round(b[3])) - 1)
+    rects = [[dlib.rectangle(round(b[0]), round(b[1]), round(b[2]) - 1, round(b[3]) - 1)
               for b in s.boxes] for s in [*train, *negatives]]
     options = dlib.simple_object_detector_training_options()
     options.add_left_right_image_flips = True

@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks._measure import measure, mib  # noqa: E402
-from benchmarks.detect.common import (  # noqa: E402
+from benchmarks._measure import measure, mib
+from benchmarks.detect.common import (
     Scorer,
     dlib_available,
     folds,
@@ -42,7 +42,7 @@ from benchmarks.detect.common import (  # noqa: E402
     sliding_window,
     train_dlib,
 )
-from imageforest.apps.detect.model import HoughForestDetector  # noqa: E402
+from imageforest.apps.detect.model import HoughForestDetector
 
 
 def main() -> None:
@@ -85,13 +85,13 @@ def main() -> None:
                     continue
                 det = HoughForestDetector(args.trees, max_depth=args.depth, n_candidates=args.candidates,
                                           patches_per_image=args.patches, offset_share=share, random_state=seed)
-                _, fit_s, fit_mem = measure(lambda d=det: d.fit([s.rgb for s in train], [s.boxes for s in train],
-                                                                [s.rgb for s in negatives]))
+                images, boxes, background = [s.rgb for s in train], [s.boxes for s in train], [s.rgb for s in negatives]
+                _, fit_s, fit_mem = measure(lambda d=det, i=images, b=boxes, n=background: d.fit(i, b, n))
                 label = name if len(seeds) == 1 or name != "hough" else f"hough/seed{seed}"
                 models[label] = det
                 record(label, (fit_s, fit_mem))
         if not args.no_dlib and dlib_available():
-            _, fit_s, fit_mem = measure(lambda: models.__setitem__("dlib-hog", train_dlib(train, negatives)))
+            models["dlib-hog"], fit_s, fit_mem = measure(lambda t=train, n=negatives: train_dlib(t, n))
             record("dlib-hog", (fit_s, fit_mem))
         for label, model in models.items():
             sc = record(label, None)

@@ -21,7 +21,7 @@ def scene(rng: np.random.Generator, with_object: bool = True, size: tuple[int, i
     boxes = np.zeros((0, 4))
     if with_object:
         ow = int(rng.integers(40, 71))
-        oh = int(round(ow / 1.4))
+        oh = round(ow / 1.4)
         x0 = int(rng.integers(0, w - ow))
         y0 = int(rng.integers(0, h - oh))
         yy, xx = np.mgrid[0:oh, 0:ow]

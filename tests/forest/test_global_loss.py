@@ -1,0 +1,74 @@
+"""Alternating decision forests: loss gradients, forest margins, and growth re-weighted level by level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from imageforest import ClassificationForest
+from imageforest.forest.losses import LOSSES, forest_margins, loss_gradient
+from imageforest.forest.objectives import Objective
+from imageforest.forest.weak_learners import VectorFeatures
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSES if n != "hinge"])
+def test_gradients_match_the_losses(name):
+    losses = {"logit": lambda m: np.log1p(np.exp(-m)), "exponential": lambda m: np.exp(-m),
+              "savage": lambda m: 1.0 / (1.0 + np.exp(2 * m)) ** 2,
+              "tangent": lambda m: (2 * np.arctan(m) - 1) ** 2}
+    m = np.linspace(-1, 1, 41)
+    h = 1e-6
+    numeric = np.abs((losses[name](m + h) - losses[name](m - h)) / (2 * h))
+    assert np.allclose(loss_gradient(name, m), numeric, atol=1e-6)
+    with pytest.raises(ValueError, match="loss must be"):
+        loss_gradient("square", m)
+
+
+def test_margins_average_the_trees_posteriors():
+    # two trees over 4 points; tree 0 puts points 0-1 and 2-3 together, tree 1 all four
+    order = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    labels = np.array([0, 0, 1, 0])
+    m = forest_margins(order, np.ones(8), np.array([0, 2, 4]), np.array([2, 4, 8]), labels, 2, 4)
+    # tree 0: p(0) = 1 for points 0-1, 0.5 for points 2-3; tree 1: p(0) = 0.75 for all
+    p0 = np.array([(1 + 0.75) / 2, (1 + 0.75) / 2, (0.5 + 0.75) / 2, (0.5 + 0.75) / 2])
+    expected = np.where(labels == 0, p0 - (1 - p0), (1 - p0) - p0)
+    assert np.allclose(m, expected)
+
+
+class Alternating(ClassificationForest):
+    def _global_loss(self):
+        return "exponential"
+
+
+def noisy_problem():
+    rng = np.random.default_rng(0)
+    X = rng.random((600, 2)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * X[:, 1] > 0.6).astype(np.int32)
+    flip = rng.random(600) < 0.1
+    return X, np.where(flip, 1 - y, y)
+
+
+def test_loss_weights_change_the_growth_deterministically():
+    X, y = noisy_problem()
+    obj = Objective.classification(y, 2)
+
+    def grow(cls, jobs=None):
+        est = cls(n_trees=4, max_depth=6, n_candidates=2, random_state=3, n_jobs=jobs)
+        return est.grow(VectorFeatures("axis", 2), X, X.shape[0], obj)
+
+    plain, alt, alt1 = grow(ClassificationForest), grow(Alternating), grow(Alternating, 1)
+    assert not np.array_equal(plain.forest.params, alt.forest.params)
+    assert all(np.array_equal(a, b) for a, b in zip(alt.forest.to_arrays().values(),
+                                                     alt1.forest.to_arrays().values(), strict=True))
+    # leaf models read the points' own weights, not the last level's loss weights
+    assert np.all(alt.wts == 1.0)
+
+
+def test_a_loss_needs_labels_and_no_bootstrap():
+    X, y = noisy_problem()
+    reg = Objective.regression(X[:, :1].astype(np.float64))
+    with pytest.raises(ValueError, match="classification objective"):
+        Alternating(n_trees=2, max_depth=3).grow(VectorFeatures("axis", 2), X, X.shape[0], reg)
+    with pytest.raises(ValueError, match="bootstrap"):
+        Alternating(n_trees=2, max_depth=3, bootstrap=True).grow(VectorFeatures("axis", 2), X, X.shape[0],
+                                                                Objective.classification(y, 2))
