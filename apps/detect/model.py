@@ -146,6 +146,9 @@ class HoughForestDetector(BaseForest):
         Standard deviation of the Gaussian that smooths each Hough image, in pixels at the learnt object size.
     nms_iou : float
         Boxes overlapping a stronger one by more than this IoU are dropped.
+    nms_inside : float
+        So are boxes lying inside a stronger one by more than this share of their area: at a larger scale a part
+        of an object (a horse's head and neck) can look like a whole one (1.0 keeps them).
     variant : {"hough", "adhf"}
         "adhf": alternating decision Hough forest (Schulter et al., "Alternating decision forests", CVPR 2013,
         sec. 5): trees grown level by level with patch weights from the gradient of a global `loss` at the
@@ -172,8 +175,8 @@ class HoughForestDetector(BaseForest):
         "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
-        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0), "variant": Options(choices=VARIANTS),
-        "loss": Options(choices=LOSSES)}
+        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0), "nms_inside": Real(0.0, 1.0),
+        "variant": Options(choices=VARIANTS), "loss": Options(choices=LOSSES)}
     # fixed growth settings the base class reads
     weak_learner = "axis"
     structure = "tree"
@@ -186,7 +189,8 @@ class HoughForestDetector(BaseForest):
     def __init__(self, n_trees: int = 10, *, max_depth: int = 15, n_candidates: int = 200, n_thresholds: int = 16,
                  min_samples_leaf: int = 20, patch_size: int = 16, object_size: float = 64.0,
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
-                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, variant: str = "hough",
+                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, nms_inside: float = 0.6,
+                 variant: str = "hough",
                  loss: str = "logit", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -201,6 +205,7 @@ class HoughForestDetector(BaseForest):
         self.n_scales = n_scales
         self.smoothing = smoothing
         self.nms_iou = nms_iou
+        self.nms_inside = nms_inside
         self.variant = variant
         self.loss = loss
         self.random_state = random_state
@@ -423,7 +428,7 @@ class HoughForestDetector(BaseForest):
             h, w = rgb.shape[:2]
             b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, w)
             b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, h)
-            keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou)
+            keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou, self.nms_inside)
             dets = [Detection(b[i].tolist(), scores[i], found_at[i]) for i in keep if scores[i] >= thr]
         return DetectionResult(dets[:MAX_DETECTIONS], houghs if keep_hough else None, [float(s) for s in factors],
                                {"vote": t1 - t0, "suppress": time.perf_counter() - t1})

@@ -96,9 +96,20 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
-def non_maximum_suppression(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
+def box_inside(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Share of each box a (n, 4) that lies inside each box b (m, 4): intersection / area(a), (n, m)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
+    ix = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    iy = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
+    area_a = ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None]
+    return np.where(area_a > 0, ix * iy / np.where(area_a > 0, area_a, 1.0), 0.0)
+
+
+def non_maximum_suppression(boxes: np.ndarray, scores: np.ndarray, iou: float, inside: float = 1.0) -> np.ndarray:
     """Indices of the boxes kept by greedy suppression: strongest first, each dropping the later boxes that overlap
-    it with IoU above `iou`."""
+    it with IoU above `iou`, or that lie inside it by more than the share `inside` (a part of an object found at
+    a smaller scale; 1.0 turns this off)."""
     order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
     keep: list[int] = []
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
@@ -110,4 +121,6 @@ def non_maximum_suppression(boxes: np.ndarray, scores: np.ndarray, iou: float) -
         rest = order[pos + 1:]
         if rest.size:
             alive[pos + 1:] &= box_iou(boxes[i], boxes[rest])[0] <= iou
+            if inside < 1.0:
+                alive[pos + 1:] &= box_inside(boxes[rest], boxes[i])[:, 0] <= inside
     return np.array(keep, dtype=np.int64)

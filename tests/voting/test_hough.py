@@ -38,3 +38,10 @@ def test_iou_and_suppression():
     assert box_iou(a[0], a[2])[0, 0] == 0
     assert non_maximum_suppression(a, np.array([1.0, 2.0, 0.5]), 0.3).tolist() == [1, 2]
     assert non_maximum_suppression(a, np.array([1.0, 2.0, 0.5]), 0.5).tolist() == [1, 0, 2]
+
+
+def test_boxes_inside_a_stronger_box_can_be_suppressed():
+    big, part = np.array([0, 0, 100, 80]), np.array([10, 10, 40, 40])
+    boxes, scores = np.stack([big, part]), np.array([2.0, 1.0])
+    assert non_maximum_suppression(boxes, scores, 0.3).tolist() == [0, 1]
+    assert non_maximum_suppression(boxes, scores, 0.3, inside=0.6).tolist() == [0]
