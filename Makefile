@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo demo-engine bench-localize bench bench-imaging bench-unsupervised lint gallery clean
+.PHONY: install test demo demo-engine bench-localize bench-detect bench bench-imaging bench-unsupervised lint gallery \
+	clean
 
 install: $(STAMP)
 
@@ -15,6 +16,7 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
 	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup
+	$(BIN)/python -m imageforest.apps.detect.scripts.warmup
 	touch $(STAMP)
 
 # Both cores, each test module on one worker so that its module fixtures (trained models) are built once.
@@ -39,6 +41,12 @@ bench: install
 bench-localize: install
 	mkdir -p bench_out
 	$(BIN)/python benchmarks/localize/cross_validate.py ../shared/data/openkbp-hn --json bench_out/localize_eval.json
+
+# Cross-validated horse detection beside dlib's HOG detector (installed here, a benchmark-only dependency; long).
+bench-detect: install
+	$(BIN)/python -m pip install --quiet dlib-bin
+	mkdir -p bench_out
+	$(BIN)/python benchmarks/detect/horses.py --json bench_out/detect_eval.json
 
 bench-imaging: install
 	$(BIN)/python benchmarks/imaging/vs_numpy.py

@@ -90,7 +90,7 @@ def detect(images: tuple[Path, ...], out: Path, model_path: Path | None, overlay
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
 @click.option("--variant", type=click.Choice(["hough", "adhf"]), default="hough", show_default=True,
               help="Hough forest, or alternating decision Hough forest (weights from a global loss).")
-@click.option("--loss", type=click.Choice(["logit", "exponential", "savage", "tangent", "hinge"]), default="logit",
+@click.option("--loss", type=click.Choice(["logit", "exponential", "savage", "tangent", "hinge"]), default="tangent",
               show_default=True, help="Global loss of --variant adhf.")
 @click.option("--trees", type=int, default=10, show_default=True, help="Trees T.")
 @click.option("--depth", type=int, default=15, show_default=True, help="Maximum depth D.")

@@ -191,7 +191,7 @@ class HoughForestDetector(BaseForest):
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
                  n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, nms_inside: float = 0.6,
                  variant: str = "hough",
-                 loss: str = "logit", random_state=None, n_jobs: int | None = None) -> None:
+                 loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.n_candidates = n_candidates

@@ -84,17 +84,23 @@ class Scorer:
     def ap(self) -> float:
         return average_precision(self.scores, self.hits, self.n_true)
 
-    def equal_error_recall(self) -> float:
-        """Recall where precision equals recall (the first rank at which precision drops to recall or below)."""
+    def equal_error(self) -> tuple[float, float]:
+        """Recall where precision equals recall (the first rank at which precision drops to recall or below), and
+        the score of the detection at that rank (a threshold with as many misses as false detections)."""
         order = np.argsort(-np.asarray(self.scores), kind="stable")
         tp = np.cumsum(np.asarray(self.hits, dtype=np.float64)[order])
         rank = np.arange(1, tp.size + 1)
         recall, precision = tp / max(self.n_true, 1), tp / rank
         cross = np.flatnonzero(precision <= recall)
-        return float(recall[cross[0]] if cross.size else recall[-1])
+        at = int(cross[0]) if cross.size else tp.size - 1
+        return float(recall[at]), float(np.asarray(self.scores)[order][at])
+
+    def equal_error_recall(self) -> float:
+        return self.equal_error()[0]
 
     def summary(self) -> dict:
-        return {"ap": self.ap(), "eer_recall": self.equal_error_recall(),
+        recall, score = self.equal_error()
+        return {"ap": self.ap(), "eer_recall": recall, "eer_score": score,
                 "s_per_image": float(np.median(self.seconds)) if self.seconds else float("nan")}
 
 
@@ -121,7 +127,7 @@ def sliding_window(detector, rgb: np.ndarray, aspects: np.ndarray, nms_iou: floa
     b = np.asarray(boxes)
     b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, rgb.shape[1])
     b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, rgb.shape[0])
-    keep = non_maximum_suppression(b, np.asarray(scores), nms_iou)
+    keep = non_maximum_suppression(b, np.asarray(scores), nms_iou, detector.nms_inside)
     return b[keep], np.asarray(scores)[keep]
 
 

@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--patches", type=int, default=400)
     ap.add_argument("--candidates", type=int, default=200)
     ap.add_argument("--seeds", default="0", help="comma-separated forest seeds (each runs every fold)")
+    ap.add_argument("--variants", default="hough", help="comma-separated: hough, adhf")
+    ap.add_argument("--loss", default="tangent", help="global loss of adhf")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-dlib", action="store_true")
     ap.add_argument("--no-window", action="store_true")
@@ -63,6 +65,7 @@ def main() -> None:
     bg_fold = np.arange(len(backgrounds)) % args.folds
     print(f"{len(horses)} horses, {len(backgrounds)} background images, {args.folds} folds")
     seeds = [int(s) for s in args.seeds.split(",")]
+    variants = args.variants.split(",")
     scorers: dict[str, Scorer] = {}
     fits: dict[str, list[tuple[float, int]]] = {}
 
@@ -80,14 +83,16 @@ def main() -> None:
         aspects = np.exp(np.percentile(np.log(wh[:, 0] / wh[:, 1]), [20, 50, 80]))
         models = {}
         for seed in seeds:
-            for name, share in (("hough", 0.5), ("window-forest", 0.0)):
-                if name == "window-forest" and (args.no_window or seed != seeds[0]):
+            runs = [(v, 0.5) for v in variants] + ([("window-forest", 0.0)] if not args.no_window else [])
+            for name, share in runs:
+                if name == "window-forest" and seed != seeds[0]:
                     continue
                 det = HoughForestDetector(args.trees, max_depth=args.depth, n_candidates=args.candidates,
-                                          patches_per_image=args.patches, offset_share=share, random_state=seed)
+                                          patches_per_image=args.patches, offset_share=share, random_state=seed,
+                                          variant="adhf" if name == "adhf" else "hough", loss=args.loss)
                 images, boxes, background = [s.rgb for s in train], [s.boxes for s in train], [s.rgb for s in negatives]
                 _, fit_s, fit_mem = measure(lambda d=det, i=images, b=boxes, n=background: d.fit(i, b, n))
-                label = name if len(seeds) == 1 or name != "hough" else f"hough/seed{seed}"
+                label = name if len(seeds) == 1 or name == "window-forest" else f"{name}/seed{seed}"
                 models[label] = det
                 record(label, (fit_s, fit_mem))
         if not args.no_dlib and dlib_available():
@@ -120,11 +125,18 @@ def main() -> None:
         out[name] = summ
         print(f"{name:<18} {summ['ap']:6.3f} {summ['eer_recall']:8.3f} {summ['s_per_image']:8.3f} {fit_s:8.1f} "
               f"{mib(fit_mem):>8}")
-    hough = [v["ap"] for k, v in out.items() if k.startswith("hough")]
-    if len(hough) > 1:
-        print(f"hough mean AP over {len(hough)} seeds: {np.mean(hough):.3f} +- {np.std(hough):.3f}")
+    summary = {}
+    for v in variants:
+        aps = [r["ap"] for k, r in out.items() if k.split("/")[0] == v]
+        fit = [r["fit_s"] for k, r in out.items() if k.split("/")[0] == v]
+        summary[v] = {"ap_mean": float(np.mean(aps)), "ap_std": float(np.std(aps)), "fit_s": float(np.mean(fit))}
+        print(f"{v}: mean AP over {len(aps)} seed(s) {np.mean(aps):.3f} +- {np.std(aps):.3f}, fit {np.mean(fit):.1f} s")
+    if "hough" in summary and "adhf" in summary:
+        print(f"AP adhf - hough: {summary['adhf']['ap_mean'] - summary['hough']['ap_mean']:+.4f}, fit time ratio "
+              f"{summary['adhf']['fit_s'] / summary['hough']['fit_s']:.2f}")
     if "dlib-hog" in out:
-        print(f"AP hough - dlib: {np.mean(hough) - out['dlib-hog']['ap']:+.3f}")
+        print(f"AP hough - dlib: {summary[variants[0]]['ap_mean'] - out['dlib-hog']['ap']:+.3f}")
+    out["summary"] = summary
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "results": out}, indent=1))
 

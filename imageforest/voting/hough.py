@@ -22,7 +22,8 @@ N_CHUNKS = 8  # fixed pixel chunks, each with its own accumulator: sums do not d
 def _cast(leaves, ys, xs, vote_start, votes, leaf_weight, height, width):  # pragma: no cover - numba
     n = leaves.shape[0]
     n_trees = leaves.shape[1]
-    acc = np.zeros((N_CHUNKS, 3, height, width), dtype=np.float32)
+    # (y, x, 3) per chunk: a vote's mass and size sums share one cache line
+    acc = np.zeros((N_CHUNKS, height, width, 3), dtype=np.float32)
     step = (n + N_CHUNKS - 1) // N_CHUNKS
     for c in prange(N_CHUNKS):
         for i in range(c * step, min(n, (c + 1) * step)):
@@ -38,12 +39,17 @@ def _cast(leaves, ys, xs, vote_start, votes, leaf_weight, height, width):  # pra
                     x = int(np.floor(x0 + votes[v, 0] + np.float32(0.5)))
                     if y < 0 or y >= height or x < 0 or x >= width:
                         continue
-                    acc[c, 0, y, x] += w
-                    acc[c, 1, y, x] += w * votes[v, 2]
-                    acc[c, 2, y, x] += w * votes[v, 3]
-    out = acc[0].copy()
-    for c in range(1, N_CHUNKS):
-        out += acc[c]
+                    acc[c, y, x, 0] += w
+                    acc[c, y, x, 1] += w * votes[v, 2]
+                    acc[c, y, x, 2] += w * votes[v, 3]
+    out = np.empty((3, height, width), dtype=np.float32)
+    for k in range(3):
+        for y in range(height):
+            for x in range(width):
+                total = acc[0, y, x, k]
+                for c in range(1, N_CHUNKS):
+                    total += acc[c, y, x, k]
+                out[k, y, x] = total
     return out
 
 
