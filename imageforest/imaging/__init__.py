@@ -14,6 +14,8 @@ _LAZY = {
     "BoxFeatures": "imageforest.imaging.features",
     "DepthProbes": "imageforest.imaging.features",
     "ImageStack": "imageforest.imaging.features",
+    "PixelPairs": "imageforest.imaging.pixel_pairs",
+    "hough_channels": "imageforest.imaging.channels",
     "FILTERS": "imageforest.imaging.filters",
     "FilterBank": "imageforest.imaging.filters",
     "ImageClassificationForest": "imageforest.imaging.forests",
