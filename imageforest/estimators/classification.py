@@ -10,6 +10,7 @@ from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.params import GROWTH, ClassWeight, Options, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import class_histograms, product_posterior, tree_average
+from imageforest.forest.losses import LOSSES
 from imageforest.forest.objectives import Objective
 from imageforest.validation import check_labels
 
@@ -51,6 +52,13 @@ class ClassificationForest(BaseForest):
         "fern": one test per tree level shared by all nodes of that level (random ferns).
     two_sided : bool
         Search two-sided tests tau2 < f <= tau1 (eq. 2.5) rather than one threshold.
+    growth : {"independent", "alternating"}
+        "alternating": an alternating decision forest (Schulter et al., "Alternating decision forests", CVPR 2013):
+        all trees grow one depth at a time, and after each depth every training point is weighted by the gradient
+        of the global `loss` at the forest's margin on it, so the next depth's weighted entropy concentrates on
+        the points the forest still gets wrong. Leaf histograms use the points' own weights. Not with bootstrap.
+    loss : {"logit", "exponential", "savage", "tangent", "hinge"}
+        The global loss of alternating growth.
     random_state : int, numpy Generator or None
         Fixes the model bytes whatever the thread count.
     n_jobs : int or None
@@ -67,14 +75,15 @@ class ClassificationForest(BaseForest):
     _estimator_kind = "classifier"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
-        "posterior": Options(choices=("average", "product"))}
+        "posterior": Options(choices=("average", "product")),
+        "growth": Options(choices=("independent", "alternating")), "loss": Options(choices=LOSSES)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates="sqrt", n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
-                 structure: str = "tree", two_sided: bool = False, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 structure: str = "tree", two_sided: bool = False, growth: str = "independent",
+                 loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner
@@ -90,8 +99,18 @@ class ClassificationForest(BaseForest):
         self.min_gain = min_gain
         self.structure = structure
         self.two_sided = two_sided
+        self.growth = growth
+        self.loss = loss
         self.random_state = random_state
         self.n_jobs = n_jobs
+
+    def _global_loss(self) -> str | None:
+        if getattr(self, "growth", "independent") != "alternating":
+            return None
+        if self.bootstrap:
+            raise InvalidInputError(f"{type(self).__name__}: growth='alternating' re-weights the points themselves; "
+                                    "it cannot be combined with bootstrap=True")
+        return self.loss
 
     def fit(self, X, y, sample_weight=None) -> ClassificationForest:
         """Grow the forest on X (n_samples, n_features) with class labels y (n_samples,)."""

@@ -72,3 +72,18 @@ def test_a_loss_needs_labels_and_no_bootstrap():
     with pytest.raises(ValueError, match="bootstrap"):
         Alternating(n_trees=2, max_depth=3, bootstrap=True).grow(VectorFeatures("axis", 2), X, X.shape[0],
                                                                 Objective.classification(y, 2))
+
+
+def test_classification_forest_grows_alternating_on_request():
+    X, y = noisy_problem()
+    kw = {"n_trees": 10, "max_depth": 8, "n_candidates": 1, "random_state": 0}
+    plain = ClassificationForest(**kw).fit(X, y)
+    alt = ClassificationForest(**kw, growth="alternating", loss="tangent").fit(X, y)
+    assert not np.array_equal(plain.forest_.params, alt.forest_.params)
+    assert alt.score(X, y) > 0.8
+    from imageforest.exceptions import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="bootstrap"):
+        ClassificationForest(**kw, growth="alternating", bootstrap=True).fit(X, y)
+    with pytest.raises(InvalidInputError, match="loss"):
+        ClassificationForest(**kw, growth="alternating", loss="square").fit(X, y)
