@@ -259,7 +259,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
     rows_matrix, per_position, unit_weights = None, False, False
     if (K is not None and not fern and settings.threshold_sampling == "range" and lifted is None
-            and choose is None and loss_labels is None):
+            and choose is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
         # Labels and few targets travel with the order, so the fused search reads them sequentially; labels as int8
@@ -267,7 +267,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         # levels of the 200k x 50 benchmark).
         small = labels.size and labels.min() >= np.iinfo(np.int8).min and labels.max() <= np.iinfo(np.int8).max
         pos_labels = labels.astype(np.int8 if small else labels.dtype)[order] if labels.size else labels[:0]
-        unit_weights = bool(np.all(wts == 1.0))
+        unit_weights = bool(np.all(wts == 1.0)) and loss_labels is None  # a global loss changes them per level
         per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
         pos_targets = targets[order] if per_position and targets.size else targets[:0]
         src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
