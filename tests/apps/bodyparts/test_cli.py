@@ -6,22 +6,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from click.testing import CliRunner
+from cli_helpers import one_line_error, run
 from PIL import Image as PILImage
-
-from imageforest.cli import main
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code != 0
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("Error")]
-    assert len(lines) == 1 and "Traceback" not in result.output
-    return lines[0]
 
 
 def test_bodyparts_writes_parts_joints_probabilities_and_overlays(body_model_path, held_out, tmp_path):

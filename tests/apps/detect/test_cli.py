@@ -5,23 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from click.testing import CliRunner
+from cli_helpers import one_line_error, run
 from PIL import Image as PILImage
 
-from imageforest.cli import main
 from imageforest.voting.hough import box_iou
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code != 0
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("Error")]
-    assert len(lines) == 1 and "Traceback" not in result.output
-    return lines[0]
 
 
 def test_detect_writes_the_documented_json_and_an_overlay(detector_path, held_scenes, tmp_path):

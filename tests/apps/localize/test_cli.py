@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import SimpleITK as sitk
-from click.testing import CliRunner
+from cli_helpers import one_line_error, run
 
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
 from imageforest.apps.localize.scans import OrganSlices
-from imageforest.cli import main
 from imageforest.imaging.io import Image, read_image, write_image
 
 
@@ -37,17 +36,8 @@ def workspace(tmp_path_factory):
     return root
 
 
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result
 
 
-def one_line_error(result) -> str:
-    assert result.exit_code != 0
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("Error")]
-    assert len(lines) == 1 and "Traceback" not in result.output
-    return lines[0]
 
 
 def test_localize_writes_json_overlay_and_mask(workspace: Path):
