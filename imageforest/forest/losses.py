@@ -13,6 +13,9 @@ Shirazi and Vasconcelos, NIPS 2008), tangent (2 arctan(m) - 1)^2 (Masnadi-Shiraz
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
+
+from imageforest.kernels import njit
 
 LOSSES = ("logit", "exponential", "savage", "tangent", "hinge")
 
@@ -34,6 +37,53 @@ def loss_gradient(name: str, margin: np.ndarray) -> np.ndarray:
     raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {name!r}")
 
 
+N_CHUNKS = 4  # fixed segment chunks, each with its own sums: the margins do not depend on the thread count
+
+
+@njit(cache=True, parallel=True)
+def _margins(order, base_weights, seg_start, seg_end, labels, n_classes, n_points):  # pragma: no cover - numba
+    n_seg = seg_start.shape[0]
+    prob = np.zeros((N_CHUNKS, n_points, n_classes))
+    count = np.zeros((N_CHUNKS, n_points))
+    step = (n_seg + N_CHUNKS - 1) // N_CHUNKS
+    for c in prange(N_CHUNKS):
+        hist = np.zeros(n_classes)
+        for s in range(c * step, min(n_seg, (c + 1) * step)):
+            hist[:] = 0.0
+            for pos in range(seg_start[s], seg_end[s]):
+                lab = labels[order[pos]]
+                if lab >= 0:
+                    hist[lab] += base_weights[pos]
+            total = hist.sum()
+            if total > 0.0:
+                hist /= total
+            for pos in range(seg_start[s], seg_end[s]):
+                i = order[pos]
+                count[c, i] += 1.0
+                for k in range(n_classes):
+                    prob[c, i, k] += hist[k]
+    margin = np.zeros(n_points)
+    for i in prange(n_points):
+        y = labels[i]
+        n = 0.0
+        for c in range(N_CHUNKS):
+            n += count[c, i]
+        if n == 0.0 or y < 0:
+            continue
+        own = 0.0
+        other = -np.inf
+        for k in range(n_classes):
+            p = 0.0
+            for c in range(N_CHUNKS):
+                p += prob[c, i, k]
+            if k == y:
+                own = p
+            elif p > other:
+                other = p
+        margin[i] = (own - other) / n if n_classes > 1 else own / n
+    return margin
+
+
 def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
                    labels: np.ndarray, n_classes: int, n_points: int) -> np.ndarray:
     """Margin of every training point under the forest grown so far.
@@ -48,25 +98,9 @@ def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.nd
 
     Returns
     -------
-    (n_points,) float64 margins; a point in no segment (not drawn for any tree) gets 0.
+    (n_points,) float64 margins, the class posteriors averaged over the trees holding each point; a point in no
+    segment (not drawn for any tree) gets 0.
     """
-    lengths = (seg_end - seg_start).astype(np.int64)
-    seg_of = np.repeat(np.arange(lengths.size), lengths)
-    positions = np.arange(lengths.sum()) + np.repeat(seg_start - (np.cumsum(lengths) - lengths), lengths)
-    point = order[positions]
-    lab = labels[point]
-    known = lab >= 0
-    hist = np.bincount(seg_of[known] * n_classes + lab[known], weights=base_weights[positions][known],
-                       minlength=lengths.size * n_classes).reshape(lengths.size, n_classes)
-    total = hist.sum(axis=1, keepdims=True)
-    post = hist / np.where(total > 0, total, 1.0)
-    # average over the trees holding each point
-    prob = np.stack([np.bincount(point, weights=post[seg_of, k], minlength=n_points) for k in range(n_classes)], 1)
-    count = np.bincount(point, minlength=n_points).astype(np.float64)
-    prob /= np.maximum(count, 1.0)[:, None]
-    y = np.where(labels >= 0, labels, 0)
-    own = prob[np.arange(n_points), y]
-    rest = prob.copy()
-    rest[np.arange(n_points), y] = -np.inf
-    margin = own - rest.max(axis=1) if n_classes > 1 else own
-    return np.where((count > 0) & (labels >= 0), margin, 0.0)
+    return _margins(np.ascontiguousarray(order), np.ascontiguousarray(base_weights, dtype=np.float64),
+                    np.ascontiguousarray(seg_start, dtype=np.int64), np.ascontiguousarray(seg_end, dtype=np.int64),
+                    np.ascontiguousarray(labels, dtype=np.int32), int(n_classes), int(n_points))
