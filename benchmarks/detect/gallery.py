@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4, help="horse images shown")
     ap.add_argument("--threshold", type=float, default=None, help="score threshold (default: the shipped model's)")
     ap.add_argument("--out", type=Path, default=Path("apps/detect/docs/gallery.png"))
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a detector already trained on the first fold's training images (else trained here)")
     args = ap.parse_args()
     import matplotlib
 
@@ -39,9 +41,13 @@ def main() -> None:
     test = set(folds(len(horses))[0].tolist())
     train = [h for i, h in enumerate(horses) if i not in test]
     negatives = [b for j, b in enumerate(backgrounds) if j % 5 != 0]
-    recipe = {k: v for k, v in RECIPE.items() if k != "n_trees"}
-    model = HoughForestDetector(RECIPE["n_trees"], **recipe).fit([s.rgb for s in train], [s.boxes for s in train],
-                                                                 [s.rgb for s in negatives])
+    if args.model is not None:
+        model = HoughForestDetector.load(args.model)
+    else:
+        recipe = {k: v for k, v in RECIPE.items() if k != "n_trees"}
+        model = HoughForestDetector(RECIPE["n_trees"], **recipe).fit([s.rgb for s in train],
+                                                                     [s.boxes for s in train],
+                                                                     [s.rgb for s in negatives])
     if args.threshold is None:
         from imageforest.apps.detect.api import load_detector
 
