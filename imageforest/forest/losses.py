@@ -13,7 +13,6 @@ Shirazi and Vasconcelos, NIPS 2008), tangent (2 arctan(m) - 1)^2 (Masnadi-Shiraz
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from imageforest.kernels import njit
 
@@ -37,50 +36,36 @@ def loss_gradient(name: str, margin: np.ndarray) -> np.ndarray:
     raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {name!r}")
 
 
-N_CHUNKS = 4  # fixed segment chunks, each with its own sums: the margins do not depend on the thread count
-
-
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _margins(order, base_weights, seg_start, seg_end, labels, n_classes, n_points):  # pragma: no cover - numba
-    n_seg = seg_start.shape[0]
-    prob = np.zeros((N_CHUNKS, n_points, n_classes))
-    count = np.zeros((N_CHUNKS, n_points))
-    step = (n_seg + N_CHUNKS - 1) // N_CHUNKS
-    for c in prange(N_CHUNKS):
-        hist = np.zeros(n_classes)
-        for s in range(c * step, min(n_seg, (c + 1) * step)):
-            hist[:] = 0.0
-            for pos in range(seg_start[s], seg_end[s]):
-                lab = labels[order[pos]]
-                if lab >= 0:
-                    hist[lab] += base_weights[pos]
-            total = hist.sum()
-            if total > 0.0:
-                hist /= total
-            for pos in range(seg_start[s], seg_end[s]):
-                i = order[pos]
-                count[c, i] += 1.0
-                for k in range(n_classes):
-                    prob[c, i, k] += hist[k]
+    # serial: one pass over the positions, cheap beside a level's split search, and the same sums on any thread count
+    prob = np.zeros((n_points, n_classes))
+    count = np.zeros(n_points)
+    hist = np.zeros(n_classes)
+    for s in range(seg_start.shape[0]):
+        hist[:] = 0.0
+        for pos in range(seg_start[s], seg_end[s]):
+            lab = labels[order[pos]]
+            if lab >= 0:
+                hist[lab] += base_weights[pos]
+        total = hist.sum()
+        if total > 0.0:
+            hist /= total
+        for pos in range(seg_start[s], seg_end[s]):
+            i = order[pos]
+            count[i] += 1.0
+            for k in range(n_classes):
+                prob[i, k] += hist[k]
     margin = np.zeros(n_points)
-    for i in prange(n_points):
+    for i in range(n_points):
         y = labels[i]
-        n = 0.0
-        for c in range(N_CHUNKS):
-            n += count[c, i]
-        if n == 0.0 or y < 0:
+        if count[i] == 0.0 or y < 0:
             continue
-        own = 0.0
         other = -np.inf
         for k in range(n_classes):
-            p = 0.0
-            for c in range(N_CHUNKS):
-                p += prob[c, i, k]
-            if k == y:
-                own = p
-            elif p > other:
-                other = p
-        margin[i] = (own - other) / n if n_classes > 1 else own / n
+            if k != y and prob[i, k] > other:
+                other = prob[i, k]
+        margin[i] = (prob[i, y] - other) / count[i] if n_classes > 1 else prob[i, y] / count[i]
     return margin
 
 

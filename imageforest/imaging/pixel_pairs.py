@@ -10,11 +10,11 @@ nearest border pixel. Channels are float32 (`hough_channels` gives 32 of them), 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.threads import run_ranges
 from imageforest.imaging.features import ImageStack
 from imageforest.kernels import njit
 
@@ -58,35 +58,27 @@ def _pair_response(row, table, base, shape, img, y, x):  # pragma: no cover - nu
             - _read(table, b, ny, nx, y + int(row[3]), x + int(row[4])))
 
 
-@njit(cache=True, parallel=True)
-def _pair_responses(table, base, shape, points, params, samples, pos_set):  # pragma: no cover - numba
-    m_total = samples.shape[0]
-    rho = params.shape[1]
-    out = np.empty((rho, m_total), dtype=np.float32)
-    for m in prange(m_total):
+@njit(cache=True, nogil=True)
+def _pair_responses_range(m0, m1, table, base, shape, points, params, samples, pos_set, out):  # pragma: no cover
+    for m in range(m0, m1):
         p = samples[m]
         s = pos_set[m]
         img, y, x = points[p, 0], points[p, 2], points[p, 3]
-        for c in range(rho):
+        for c in range(params.shape[1]):
             out[c, m] = np.float32(_pair_response(params[s, c], table, base, shape, img, y, x))
-    return out
 
 
-@njit(cache=True, parallel=True)
-def _pair_apply(table, base, shape, points, packed, tree_root):  # pragma: no cover - numba
-    n = points.shape[0]
-    n_trees = tree_root.shape[0]
-    out = np.empty((n, n_trees), dtype=np.int32)
-    for i in prange(n):
+@njit(cache=True, nogil=True)
+def _pair_apply_range(i0, i1, table, base, shape, points, packed, tree_root, out):  # pragma: no cover - numba
+    for i in range(i0, i1):
         img, y, x = points[i, 0], points[i, 2], points[i, 3]
-        for t in range(n_trees):
+        for t in range(tree_root.shape[0]):
             node = tree_root[t]
             while packed[node, 0] >= 0.0:
                 f = np.float64(np.float32(_pair_response(packed[node, 4:], table, base, shape, img, y, x)))
                 go_left = f > packed[node, 2] and f <= packed[node, 3]
                 node = int(packed[node, 0]) if go_left else int(packed[node, 1])
             out[i, t] = -int(packed[node, 0]) - 1
-    return out
 
 
 class PixelPairs(FeatureFamily):
@@ -127,7 +119,10 @@ class PixelPairs(FeatureFamily):
 
     def responses(self, data, params, samples, pos_set):
         stack, points = data
-        return _pair_responses(stack.table, stack.base, stack.shape, points, params, samples, pos_set)
+        out = np.empty((params.shape[1], samples.shape[0]), dtype=np.float32)
+        run_ranges(_pair_responses_range, samples.shape[0], stack.table, stack.base, stack.shape, points, params,
+                   samples, pos_set, out, min_per_thread=256)
+        return out
 
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
@@ -137,7 +132,10 @@ class PixelPairs(FeatureFamily):
         if used >= stack.n_channels:  # the kernels index channels unchecked
             raise ModelFormatError(f"the model reads image channel {used}, the images have {stack.n_channels}")
         table, roots = forest.packed()
-        return _pair_apply(stack.table, stack.base, stack.shape, points, table, roots)
+        out = np.empty((points.shape[0], roots.shape[0]), dtype=np.int32)
+        run_ranges(_pair_apply_range, points.shape[0], stack.table, stack.base, stack.shape, points, table, roots,
+                   out, min_per_thread=256)
+        return out
 
     def importance_dims(self, params):
         return params[:, :1].astype(np.int64), np.ones((params.shape[0], 1))

@@ -11,25 +11,25 @@ so that a maximum also says how large its object is.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 N_CHUNKS = 8  # fixed pixel chunks, each with its own accumulator: sums do not depend on the thread count
 
 
-@njit(cache=True, parallel=True)
-def _cast(leaves, ys, xs, vote_start, votes, leaf_weight, height, width):  # pragma: no cover - numba
+@njit(cache=True, nogil=True)
+def _cast_chunks(c0, c1, leaves, ys, xs, vote_start, votes, leaf_weight, acc):  # pragma: no cover - numba
+    """Votes of the pixels of chunks c0..c1 into their own accumulators acc[c] (height, width, 3): a vote's mass and
+    size sums share one cache line."""
     n = leaves.shape[0]
-    n_trees = leaves.shape[1]
-    # (y, x, 3) per chunk: a vote's mass and size sums share one cache line
-    acc = np.zeros((N_CHUNKS, height, width, 3), dtype=np.float32)
     step = (n + N_CHUNKS - 1) // N_CHUNKS
-    for c in prange(N_CHUNKS):
+    height, width = acc.shape[1], acc.shape[2]
+    for c in range(c0, c1):
         for i in range(c * step, min(n, (c + 1) * step)):
             y0 = np.float32(ys[i])
             x0 = np.float32(xs[i])
-            for t in range(n_trees):
+            for t in range(leaves.shape[1]):
                 leaf = leaves[i, t]
                 w = leaf_weight[leaf]
                 if w <= 0.0:
@@ -42,6 +42,11 @@ def _cast(leaves, ys, xs, vote_start, votes, leaf_weight, height, width):  # pra
                     acc[c, y, x, 0] += w
                     acc[c, y, x, 1] += w * votes[v, 2]
                     acc[c, y, x, 2] += w * votes[v, 3]
+
+
+@njit(cache=True)
+def _sum_chunks(acc):  # pragma: no cover - numba
+    height, width = acc.shape[1], acc.shape[2]
     out = np.empty((3, height, width), dtype=np.float32)
     for k in range(3):
         for y in range(height):
@@ -69,9 +74,11 @@ def cast_votes(leaves: np.ndarray, ys: np.ndarray, xs: np.ndarray, vote_start: n
     -------
     (3, height, width) float32: vote mass, and vote-weighted sums of object width and height.
     """
-    return _cast(np.ascontiguousarray(leaves, dtype=np.int32), np.ascontiguousarray(ys, dtype=np.int32),
-                 np.ascontiguousarray(xs, dtype=np.int32), vote_start, votes, leaf_weight, int(shape[0]),
-                 int(shape[1]))
+    acc = np.zeros((N_CHUNKS, int(shape[0]), int(shape[1]), 3), dtype=np.float32)
+    run_ranges(_cast_chunks, N_CHUNKS, np.ascontiguousarray(leaves, dtype=np.int32),
+               np.ascontiguousarray(ys, dtype=np.int32), np.ascontiguousarray(xs, dtype=np.int32), vote_start, votes,
+               leaf_weight, acc)
+    return _sum_chunks(acc)
 
 
 def hough_peaks(hough: np.ndarray, radius: int, threshold: float, max_peaks: int) -> np.ndarray:
