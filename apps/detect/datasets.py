@@ -28,8 +28,6 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 
 def read_rgb(path: str | Path) -> np.ndarray:
     """An image file as (h, w, 3) float32 RGB in [0, 1]; InvalidInputError if unreadable or grey."""
-    from imageforest.imaging.io import ImageReadError
-
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"{path}: no such image file")
@@ -44,7 +42,7 @@ def read_rgb(path: str | Path) -> np.ndarray:
             arr = np.asarray(im.convert("RGB") if mode not in ("RGB", "RGBA") else im)
     except InvalidInputError:
         raise
-    except (OSError, ValueError, SyntaxError, ImageReadError) as exc:
+    except (OSError, ValueError, SyntaxError) as exc:
         raise InvalidInputError(f"{path}: not a readable image ({str(exc).splitlines()[0] if str(exc) else exc})"
                                 ) from None
     return as_rgb(arr, str(path))
@@ -57,8 +55,8 @@ class BoxFolder:
     Attributes
     ----------
     root : the folder;  image_dir : where the images are
-    names : image file names, sorted;  boxes : name -> (k, 4) float64 boxes in the colour image's pixels,
-    or a `(boxes, frame_wh)` pair resolved on `load` when the boxes are in another frame
+    names : image file names that boxes.json names and the folder holds, sorted
+    raw : boxes.json as read (name -> its entry); `load` turns an entry into boxes in the image's pixels
     """
 
     root: Path

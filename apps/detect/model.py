@@ -28,8 +28,8 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule
-from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule, check_params
+from imageforest.exceptions import InvalidInputError, ModelFormatError, NotFittedError
 from imageforest.forest.losses import LOSSES
 from imageforest.forest.objectives import NodeObjectives, Objective
 from imageforest.imaging.channels import N_CHANNELS, as_rgb, hough_channels
@@ -225,8 +225,6 @@ class HoughForestDetector(BaseForest):
         boxes : per image, (k, 4) boxes [x0, y0, x1, y1] in its pixels (k >= 1)
         negatives : RGB images that contain no object
         """
-        from imageforest.estimators.params import check_params
-
         check_params(self)
         if len(images) == 0:
             raise InvalidInputError("no training images given")
@@ -242,6 +240,15 @@ class HoughForestDetector(BaseForest):
         channels, points, offsets, sizes, labels = [], [], [], [], []
         relative, scaled_sizes = [], []
         half = self.patches_per_image // 2
+
+        def collect(yx: np.ndarray, label: int, offset: np.ndarray | None = None, size: np.ndarray | None = None):
+            """Patches at pixels yx (m, 2) of the latest channel image; background ones have no offset."""
+            m = len(yx)
+            points.append(np.c_[np.full(m, len(channels) - 1), np.zeros(m, np.int64), yx])
+            labels.append(np.full(m, label, np.int32))
+            offsets.append(np.full((m, 2), np.nan) if offset is None else offset)
+            sizes.append(np.zeros((m, 2)) if size is None else size)
+
         for rgb, b in zip(rgbs, box_sets, strict=True):
             geo = np.sqrt((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))
             relative.extend(geo / np.sqrt(rgb.shape[0] * rgb.shape[1]))
@@ -249,26 +256,16 @@ class HoughForestDetector(BaseForest):
             small = resize(rgb, scale)
             sb = b * scale
             scaled_sizes.append(np.sqrt(small.shape[0] * small.shape[1]))
-            k = len(channels)
             channels.append(hough_channels(small))
             pos, off, size = _object_patches(sb, small.shape[:2], half, sample_rng)
-            neg = _background_patches(sb, small.shape[:2], self.patches_per_image - half, sample_rng)
-            for pts, lab in ((pos, 1), (neg, 0)):
-                points.append(np.c_[np.full(len(pts), k), np.zeros(len(pts), np.int64), pts])
-                labels.append(np.full(len(pts), lab, np.int32))
-            offsets.extend([off, np.full((len(neg), 2), np.nan)])
-            sizes.extend([size, np.zeros((len(neg), 2))])
+            collect(pos, 1, off, size)
+            collect(_background_patches(sb, small.shape[:2], self.patches_per_image - half, sample_rng), 0)
         for rgb in neg_rgbs:
             # a background image is shown at the size of a random training image (after its rescaling)
             target = scaled_sizes[int(sample_rng.integers(len(scaled_sizes)))]
             small = resize(rgb, float(target / np.sqrt(rgb.shape[0] * rgb.shape[1])))
-            k = len(channels)
             channels.append(hough_channels(small))
-            neg = _background_patches(np.zeros((0, 4)), small.shape[:2], self.patches_per_image, sample_rng)
-            points.append(np.c_[np.full(len(neg), k), np.zeros(len(neg), np.int64), neg])
-            labels.append(np.zeros(len(neg), np.int32))
-            offsets.append(np.full((len(neg), 2), np.nan))
-            sizes.append(np.zeros((len(neg), 2)))
+            collect(_background_patches(np.zeros((0, 4)), small.shape[:2], self.patches_per_image, sample_rng), 0)
         pts = np.ascontiguousarray(np.concatenate(points), dtype=np.int32)
         y = np.concatenate(labels)
         offset = np.concatenate(offsets)
@@ -281,7 +278,7 @@ class HoughForestDetector(BaseForest):
         weight = np.where(y == 1, 0.5 * y.size / n_pos, 0.5 * y.size / n_neg)
         family = PixelPairs(N_CHANNELS, self.patch_size)
         stack = family.prepare(channels)
-        del channels
+        channels.clear()  # the stack holds them now
         cls = Objective.classification(y, 2)
         if self.offset_share > 0:
             reg = Objective.regression(offset, "squared_error")
@@ -301,12 +298,10 @@ class HoughForestDetector(BaseForest):
     def _fit_leaves(self, grown, y, weight, offset, size, rng) -> None:
         """Object share per leaf and up to `max_leaf_votes` object offsets per leaf."""
         n_leaves = grown.leaf_start.size
+        _, share, _ = grown.leaf_moments((y == 1)[:, None], weight[grown.order], covariance="none")
+        self.leaf_foreground_ = share[:, 0].astype(np.float32)
         leaf, positions = grown.leaf_members()
         point = grown.order[positions]
-        w = weight[point]
-        fg = np.bincount(leaf, weights=w * (y[point] == 1), minlength=n_leaves)
-        total = np.bincount(leaf, weights=w, minlength=n_leaves)
-        self.leaf_foreground_ = (fg / np.maximum(total, 1e-300)).astype(np.float32)
         obj = y[point] == 1
         leaf_o, point_o = leaf[obj], point[obj]
         # a random subset of each leaf's object patches: random keys, sorted within leaves
@@ -325,8 +320,6 @@ class HoughForestDetector(BaseForest):
     # -- detection -----------------------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "votes_"):
-            from imageforest.exceptions import NotFittedError
-
             raise NotFittedError("this HoughForestDetector is not fitted yet; call fit (or load) first")
 
     def search_scales(self, shape: tuple[int, int]) -> np.ndarray:
@@ -367,9 +360,7 @@ class HoughForestDetector(BaseForest):
 
         leaves, yy, xx, (h, w) = self._leaves(rgb, scale)
         with numba_threads(self.n_jobs):
-            weight = getattr(self, "_weight_cache", None)
-            if weight is None:
-                weight = self._weight_cache = self._leaf_weight()
+            weight = self._leaf_weight()  # per call: a refit or load replaces the leaves
             acc = cast_votes(leaves, yy, xx, self.vote_start_, self.votes_, weight, (h, w))
         if self.smoothing > 0:
             for c in range(3):

@@ -150,6 +150,6 @@ class PixelPairs(FeatureFamily):
     def validate_params(self, params: np.ndarray) -> bool:
         if params.shape[1] != PAIR_WIDTH or not np.all(np.isfinite(params)):
             return False
-        half = self.patch_size
+        # offsets beyond the patch would still read clamped pixels; they only mark a file as foreign
         return bool(np.all((params[:, 0] >= 0) & (params[:, 0] < self.n_channels))
-                    and np.all(np.abs(params[:, 1:]) <= half))
+                    and np.all(np.abs(params[:, 1:]) <= self.patch_size))

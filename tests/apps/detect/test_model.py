@@ -110,3 +110,14 @@ def test_a_tampered_model_is_refused(detector_path, tmp_path):
     save_model(bad, meta, {**arrays, "vote_start": start})
     with pytest.raises(ModelFormatError):
         HoughForestDetector.load(bad)
+
+
+def test_a_refit_detector_votes_with_its_new_leaves():
+    images, boxes = training_set(8)
+    other_images, other_boxes = training_set(8, seed=25)
+    img = scene(np.random.default_rng([22, 3]))[0]
+    reused = HoughForestDetector(**SMALL, random_state=0).fit(images, boxes)
+    reused.detect(img)
+    reused.fit(other_images, other_boxes)
+    fresh = HoughForestDetector(**SMALL, random_state=0).fit(other_images, other_boxes)
+    assert [d.to_json() for d in reused.detect(img).detections] == [d.to_json() for d in fresh.detect(img).detections]
