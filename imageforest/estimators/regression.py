@@ -8,8 +8,9 @@ import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.mixture import ForestGaussianMixture
-from imageforest.estimators.params import GROWTH, Options, Rule, check_params
+from imageforest.estimators.params import GROWTH, Integer, Options, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.consistent import ConsistentSettings, grow_consistent
 from imageforest.forest.leaf_models import (
     gaussian_leaves,
     linear_components,
@@ -17,9 +18,14 @@ from imageforest.forest.leaf_models import (
     shrunk_noise,
 )
 from imageforest.forest.objectives import Objective
+from imageforest.forest.trainer import GrownForest
+from imageforest.forest.weak_learners import VectorFeatures
 from imageforest.validation import check_targets
 
 LEAF_MODELS = ("constant", "gaussian", "linear")
+VARIANTS = ("breiman", "denil", "biau08", "biau12")
+# The data split each variant's paper uses when the user leaves it to the variant.
+PAPER_DATA_SPLIT = {"breiman": None, "denil": "tree", "biau08": None, "biau12": "forest"}
 LINEAR_RIDGE = 1e-6
 VAR_FLOOR = 1e-9  # relative to each output's variance: keeps leaf Gaussians proper
 
@@ -40,6 +46,22 @@ class RegressionForest(BaseForest):
         "constant": leaf mean only; "gaussian" (probabilistic-constant): mean and covariance;
         "linear" (probabilistic-linear, App. A): a weighted least-squares hyperplane in x with parameter
         covariance, so the predictive variance grows with distance from the leaf's data.
+    variant : {"breiman", "denil", "biau08", "biau12"}
+        How trees split. "breiman": the engine's search above (the default). The consistent forests of Denil,
+        Matheson & de Freitas, "Narrowing the Gap: Random Forests In Theory and In Practice" (2014): "denil", their
+        algorithm (1 + Poisson(n_candidates - 1) candidate dimensions per node, split points searched inside the
+        range of `range_points` random structure points, no child with fewer than `min_samples_leaf` estimation
+        points); "biau12" (Biau 2012: cell midpoints, the best of n_candidates dimensions drawn with replacement,
+        grown breadth first) and "biau08" (Biau, Devroye & Lugosi 2008: random leaf, random dimension, random rank),
+        both grown to n_samples / min_samples_leaf leaves. These variants use axis-aligned tests and squared error,
+        never bootstrap, and ignore n_thresholds, min_samples_split, min_gain and criterion.
+    data_split : {"tree", "forest", None, "auto"}
+        For the consistent variants: points are structure (they shape the tree) or estimation (they fit the leaves)
+        at random, drawn per tree ("tree"), once for the forest ("forest"), or not at all (None: every point plays
+        both roles). "auto": each paper's choice (denil "tree", biau12 "forest", biau08 None). "breiman" takes
+        only None or "auto".
+    range_points : int
+        m of Denil et al.: structure points drawn per node to bound the split search (variant "denil").
 
     Attributes
     ----------
@@ -52,13 +74,15 @@ class RegressionForest(BaseForest):
     _estimator_kind = "regressor"
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
-        "leaf_model": Options(choices=LEAF_MODELS)}
+        "leaf_model": Options(choices=LEAF_MODELS), "variant": Options(choices=VARIANTS),
+        "data_split": Options(choices=("tree", "forest", "auto"), allow_none=True), "range_points": Integer(1)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates=1.0, n_thresholds: int | None = 16, criterion: str = "gaussian",
                  leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
-                 structure: str = "tree", two_sided: bool = False, random_state=None,
+                 structure: str = "tree", two_sided: bool = False, variant: str = "breiman",
+                 data_split: str | None = "auto", range_points: int = 1000, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -74,6 +98,9 @@ class RegressionForest(BaseForest):
         self.min_gain = min_gain
         self.structure = structure
         self.two_sided = two_sided
+        self.variant = variant
+        self.data_split = data_split
+        self.range_points = range_points
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -82,9 +109,44 @@ class RegressionForest(BaseForest):
         X, sw = self._prepare_fit(X, sample_weight)
         Y = check_targets(y, X.shape[0])
         check_params(self)
-        objective = Objective.regression(Y, self.criterion)
-        self._fit_leaves(self._grow(X, objective, sw), Y, X, np.ndim(y) == 1)
+        if self.variant == "breiman":
+            if self.data_split not in ("auto", None):
+                raise InvalidInputError("RegressionForest: data_split needs variant 'denil', 'biau08' or 'biau12' "
+                                        "(Breiman's forest uses every point for both structure and leaves)")
+            grown = self._grow(X, Objective.regression(Y, self.criterion), sw)
+        else:
+            grown = self._grow_consistent(X, Y, sw)
+        self._fit_leaves(grown, Y, X, np.ndim(y) == 1)
         return self
+
+    def _grow_consistent(self, X: np.ndarray, Y: np.ndarray, sample_weight: np.ndarray) -> GrownForest:
+        """Grow the trees of a consistent variant (`imageforest.forest.consistent`) on X (n, d)."""
+        name = type(self).__name__
+        for bad, why in ((self.weak_learner != "axis", "weak_learner='axis'"), (self.bootstrap, "bootstrap=False"),
+                         (self.max_samples is not None, "max_samples=None"), (self.structure != "tree",
+                                                                               "structure='tree'"),
+                         (self.two_sided, "two_sided=False")):
+            if bad:
+                raise InvalidInputError(f"{name}: variant={self.variant!r} needs {why}")
+        split = PAPER_DATA_SPLIT[self.variant] if self.data_split == "auto" else self.data_split
+        n_live = int(np.count_nonzero(sample_weight > 0))
+        if split is not None and n_live < 4 * self.min_samples_leaf:
+            raise InvalidInputError(
+                f"{name}: data_split={split!r} halves the {n_live} points into structure and estimation points; "
+                f"each tree needs at least {4 * self.min_samples_leaf} (4 x min_samples_leaf) for a split")
+        settings = ConsistentSettings(
+            variant=self.variant, data_split=split, n_trees=int(self.n_trees),
+            n_candidates=self._resolve_candidates(X.shape[1]), range_points=int(self.range_points),
+            min_samples_leaf=int(self.min_samples_leaf), max_depth=self.max_depth)
+        family = VectorFeatures.for_data("axis", X)
+        with numba_threads(self.n_jobs):
+            grown = grow_consistent(family.training_data(X), Y, sample_weight, settings,
+                                    np.random.default_rng(self.random_state))
+            family.prepare_apply(grown.forest)
+        self.family_ = family
+        self.forest_ = grown.forest
+        self.n_features_in_ = X.shape[1]
+        return grown
 
     def _fit_leaves(self, grown, Y: np.ndarray, X: np.ndarray | None, y_1d: bool) -> None:
         """Leaf models from each leaf's training points: Gaussians of Y, or (with X) probabilistic-linear fits."""
