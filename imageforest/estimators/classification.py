@@ -7,11 +7,11 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, ClassWeight, Options, Rule, check_params
+from imageforest.estimators.params import GROWTH, ClassWeight, Integer, Options, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import class_histograms, product_posterior, tree_average
 from imageforest.forest.losses import LOSSES
-from imageforest.forest.objectives import Objective
+from imageforest.forest.objectives import CRITERIA, Objective
 from imageforest.validation import check_labels
 
 PRODUCT_FLOOR = 1e-6
@@ -59,6 +59,11 @@ class ClassificationForest(BaseForest):
         the points the forest still gets wrong. Leaf histograms use the points' own weights. Not with bootstrap.
     loss : {"logit", "exponential", "savage", "tangent", "hinge"}
         The global loss of alternating growth.
+    online_min_samples : int
+        `partial_fit` only: points a leaf must see before it may split (Saffari et al.'s alpha; at least
+        min_samples_split). Smaller grows deeper trees from a short stream; each leaf that may still split holds
+        (rho + 4) x n_classes float32 counts. Online, candidate thresholds are the values of a leaf's first four
+        points (``n_thresholds`` is not used), and ``bootstrap`` is online bagging (Poisson(1) copies per tree).
     random_state : int, numpy Generator or None
         Fixes the model bytes whatever the thread count.
     n_jobs : int or None
@@ -76,14 +81,16 @@ class ClassificationForest(BaseForest):
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "posterior": Options(choices=("average", "product")),
-        "growth": Options(choices=("independent", "alternating")), "loss": Options(choices=LOSSES)}
+        "growth": Options(choices=("independent", "alternating")), "loss": Options(choices=LOSSES),
+        "online_min_samples": Integer(1)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates="sqrt", n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, growth: str = "independent",
-                 loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
+                 loss: str = "tangent", online_min_samples: int = 10, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner
@@ -101,6 +108,7 @@ class ClassificationForest(BaseForest):
         self.two_sided = two_sided
         self.growth = growth
         self.loss = loss
+        self.online_min_samples = online_min_samples
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -117,6 +125,58 @@ class ClassificationForest(BaseForest):
         X, sw = self._prepare_fit(X, sample_weight)
         objective, sw = self._label_objective(y, X.shape[0], sw)
         self._fit_leaves(self._grow(X, objective, sw), objective)
+        return self
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None) -> ClassificationForest:
+        """Grow the forest online with one more batch of points (Saffari et al., "On-line random forests", 2009).
+
+        New points update the statistics of the leaves they reach; a leaf that has seen `online_min_samples`
+        points splits on the best of the candidate tests it drew when it was made (see
+        `imageforest.forest.online`). After each call the forest predicts, saves and loads like a batch-grown one.
+
+        Parameters
+        ----------
+        X : (n_samples, n_features) array
+        y : (n_samples,) class labels, all among `classes`
+        classes : every class the stream will hold; required at the first call (scikit-learn's convention), and
+            at later calls, if given, the same
+        sample_weight : (n_samples,) array or None
+        """
+        X, sw, first = self._online_input(X, sample_weight)
+        name = type(self).__name__
+        if first:
+            if classes is None:
+                raise InvalidInputError(f"{name}.partial_fit: the first call needs classes= (every class the "
+                                        "stream will hold)")
+            if self.growth != "independent" or self.class_weight == "balanced":
+                raise InvalidInputError(f"{name}.partial_fit needs growth='independent' and a class_weight that "
+                                        "does not depend on the whole data set (None or a dict)")
+            known = np.unique(np.asarray(classes))
+            if known.size < 2:
+                raise InvalidInputError(f"{name}.partial_fit: classes must hold at least two classes")
+        else:
+            known = self.classes_
+            if classes is not None and not np.array_equal(np.unique(np.asarray(classes)), known):
+                raise InvalidInputError(f"{name}.partial_fit: classes differ from the first call's {known.tolist()}")
+        y = np.asarray(y)
+        if y.shape != (X.shape[0],):
+            raise InvalidInputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        try:
+            idx = np.clip(np.searchsorted(known, y), 0, known.size - 1)
+            unknown = known[idx] != y
+        except TypeError:
+            raise InvalidInputError(f"{name}.partial_fit: y's labels are not of the classes' type") from None
+        if np.any(unknown):
+            raise InvalidInputError(f"{name}.partial_fit: y holds classes not given to the first call: "
+                                    f"{sorted(map(str, np.unique(y[unknown])))[:5]}")
+        weights = sw * self._class_weights(known, idx, sw)[idx]
+        rows = np.zeros((X.shape[0], known.size))
+        rows[np.arange(X.shape[0]), idx] = weights
+        self.classes_ = known
+        stats = self._online_step(X, rows, CRITERIA[self.criterion])
+        total = stats.sum(axis=1, keepdims=True)
+        prior = self._online_totals / max(self._online_totals.sum(), 1e-300)
+        self.leaf_posterior_ = np.where(total > 0, stats / np.maximum(total, 1e-300), prior).astype(np.float32)
         return self
 
     def _label_objective(self, y, n_points: int, sw: np.ndarray) -> tuple[Objective, np.ndarray]:

@@ -17,7 +17,7 @@ from imageforest.forest.leaf_models import (
     linear_leaves,
     shrunk_noise,
 )
-from imageforest.forest.objectives import Objective
+from imageforest.forest.objectives import SQUARED_ERROR, Objective
 from imageforest.forest.trainer import GrownForest
 from imageforest.forest.weak_learners import VectorFeatures
 from imageforest.validation import check_targets
@@ -62,6 +62,9 @@ class RegressionForest(BaseForest):
         only None or "auto".
     range_points : int
         m of Denil et al.: structure points drawn per node to bound the split search (variant "denil").
+    online_min_samples : int
+        `partial_fit` only: points a leaf must see before it may split (as for `ClassificationForest`); online
+        trees score splits by squared error.
 
     Attributes
     ----------
@@ -75,15 +78,16 @@ class RegressionForest(BaseForest):
     _parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
         "leaf_model": Options(choices=LEAF_MODELS), "variant": Options(choices=VARIANTS),
-        "data_split": Options(choices=("tree", "forest", "auto"), allow_none=True), "range_points": Integer(1)}
+        "data_split": Options(choices=("tree", "forest", "auto"), allow_none=True), "range_points": Integer(1),
+        "online_min_samples": Integer(1)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates=1.0, n_thresholds: int | None = 16, criterion: str = "gaussian",
                  leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, variant: str = "breiman",
-                 data_split: str | None = "auto", range_points: int = 1000, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 data_split: str | None = "auto", range_points: int = 1000, online_min_samples: int = 10,
+                 random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner
@@ -101,6 +105,7 @@ class RegressionForest(BaseForest):
         self.variant = variant
         self.data_split = data_split
         self.range_points = range_points
+        self.online_min_samples = online_min_samples
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -117,6 +122,53 @@ class RegressionForest(BaseForest):
         else:
             grown = self._grow_consistent(X, Y, sw)
         self._fit_leaves(grown, Y, X, np.ndim(y) == 1)
+        return self
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None) -> RegressionForest:
+        """Grow the forest online with one more batch of points (Saffari et al. 2009; see
+        `ClassificationForest.partial_fit`): leaves keep the weight, sums and cross-products of their targets.
+
+        Parameters
+        ----------
+        X : (n_samples, n_features) array
+        y : (n_samples,) or (n_samples, n_outputs), the same number of outputs at every call
+        classes : must be None (scikit-learn's signature; regression has no classes)
+        sample_weight : (n_samples,) array or None
+        """
+        name = type(self).__name__
+        if classes is not None:
+            raise InvalidInputError(f"{name}.partial_fit takes no classes")
+        X, sw, first = self._online_input(X, sample_weight)
+        Y = check_targets(y, X.shape[0])
+        if first:
+            if self.variant != "breiman" or self.leaf_model == "linear":
+                raise InvalidInputError(f"{name}.partial_fit needs variant='breiman' and a 'constant' or "
+                                        "'gaussian' leaf model")
+            self._online_shift = Y.mean(axis=0)  # sums of centred targets keep float32 candidate counts exact
+        elif Y.shape[1] != self.n_outputs_:
+            raise InvalidInputError(f"{name}.partial_fit: y has {Y.shape[1]} outputs, the first call had "
+                                    f"{self.n_outputs_}")
+        q = Y.shape[1]
+        Yc = Y - self._online_shift
+        rows = np.concatenate([sw[:, None], sw[:, None] * Yc,
+                               (sw[:, None, None] * Yc[:, :, None] * Yc[:, None, :]).reshape(-1, q * q)], axis=1)
+        stats = self._online_step(X, rows, SQUARED_ERROR)
+        totals = self._online_totals
+        overall = totals[1:1 + q] / max(totals[0], 1e-300)
+        overall_cov = totals[1 + q:].reshape(q, q) / max(totals[0], 1e-300) - np.outer(overall, overall)
+        w = stats[:, :1]
+        seen = w[:, 0] > 0
+        safe = np.maximum(w, 1e-300)
+        mean = np.where(seen[:, None], stats[:, 1:1 + q] / safe, overall)
+        second = stats[:, 1 + q:].reshape(-1, q, q) / safe[:, :, None]
+        cov = np.where(seen[:, None, None], second - mean[:, :, None] * mean[:, None, :], overall_cov)
+        var = np.diag(overall_cov)
+        cov = cov + np.diag(VAR_FLOOR * np.where(var > 0, var, 1.0))
+        self.leaf_mean_ = mean + self._online_shift
+        if self.leaf_model == "gaussian":
+            self.leaf_cov_ = cov
+        self.n_outputs_ = q
+        self._y_1d = np.ndim(y) == 1
         return self
 
     def _grow_consistent(self, X: np.ndarray, Y: np.ndarray, sample_weight: np.ndarray) -> GrownForest:

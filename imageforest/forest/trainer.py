@@ -518,13 +518,22 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     comes from the forest's preorder walk, which `apply`'s traversal table needs anyway (cached, and still valid
     after renumbering: the tree shapes do not change).
     """
-    f = grown.forest
-    nodes = f.leaves_depth_first()
-    perm = -f.child[nodes].astype(np.int64) - 1  # their ids from growth
-    f.child[nodes] = -np.arange(nodes.size, dtype=np.int32) - 1
-    f.leaf_node = nodes
-    f.leaf_tree = f.leaf_tree[perm]
-    return GrownForest(f, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
+    perm = renumber_leaves_depth_first(grown.forest)
+    return GrownForest(grown.forest, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
+
+
+def renumber_leaves_depth_first(forest: ForestArrays) -> np.ndarray:
+    """Number the leaves of `forest` depth first within each tree, trees one after another (in place).
+
+    Returns the permutation: new leaf id l was leaf ``perm[l]`` before, so per-leaf tables follow as
+    ``table[perm]``.
+    """
+    nodes = forest.leaves_depth_first()
+    perm = -forest.child[nodes].astype(np.int64) - 1  # their ids before
+    forest.child[nodes] = -np.arange(nodes.size, dtype=np.int32) - 1
+    forest.leaf_node = nodes
+    forest.leaf_tree = forest.leaf_tree[perm]
+    return perm
 
 
 def _segment_weight(wts: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> np.ndarray:
