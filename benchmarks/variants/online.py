@@ -61,14 +61,15 @@ def main() -> None:
         peak = 0
         for a in range(0, X.shape[0], args.chunk):
             b = min(a + args.chunk, X.shape[0])
-            _, sec, _ = measure(lambda a=a, b=b: online.partial_fit(X[a:b], y[a:b], classes=classes))
+            X_c, y_c = X[a:b], y[a:b]
+            _, sec, _ = measure(lambda m=online, u=X_c, v=y_c, c=classes: m.partial_fit(u, v, classes=c))
             peak = max(peak, rss_bytes() - start_rss)
             sgd.partial_fit(X[a:b] / scale, y[a:b], classes=classes)
             row = {"points": b, "online_error": 100 * (1 - online.score(Xt, yt)),
                    "sgd_error": 100 * (1 - sgd.score(Xt / scale, yt)), "online_s_per_1000": sec * 1000 / (b - a)}
             if b in checkpoints or b == X.shape[0]:
                 batch = ClassificationForest(trees, random_state=args.seed, n_jobs=2)
-                _, fit_s, _ = measure(lambda b=b, m=batch: m.fit(X[:b], y[:b]))
+                _, fit_s, _ = measure(lambda b=b, m=batch, X=X, y=y: m.fit(X[:b], y[:b]))
                 row["batch_error"] = 100 * (1 - batch.score(Xt, yt))
                 row["batch_fit_s"] = fit_s
                 print(f"{name} {b:6d} points: online {row['online_error']:6.2f}%  batch {row['batch_error']:6.2f}%  "
