@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks._figures import pyplot, save_png
 from benchmarks._measure import measure, mib
 from imageforest import RegressionForest
 
@@ -133,11 +134,7 @@ def main() -> None:
 
 def figure(results: dict, path: Path) -> None:
     """Fig. 2 (MSE per method, one panel per data set) and Fig. 3 (MSE against forest size, last data set)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = list(results)
     fig, axes = plt.subplots(1, len(names) + 1, figsize=(5.2 * (len(names) + 1), 4.2))
     colours = {"Breiman": "#1b7837", "Ours": "#2166ac", "Biau12": "#b2182b", "Biau08": "#8c510a",
@@ -171,11 +168,7 @@ def figure(results: dict, path: Path) -> None:
     ax.set_ylabel("MSE")
     ax.set_title(f"{last}: MSE against forest size")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 if __name__ == "__main__":

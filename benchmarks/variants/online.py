@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks._figures import pyplot, save_png
 from benchmarks._measure import measure, mib, rss_bytes
 from imageforest import ClassificationForest
 
@@ -91,11 +92,7 @@ def main() -> None:
 
 def figure(results: dict, path: Path) -> None:
     """Test error against points seen, one panel per data set."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.0), squeeze=False)
     for ax, (name, res) in zip(axes[0], results.items(), strict=True):
         rows = res["rows"]
@@ -109,11 +106,7 @@ def figure(results: dict, path: Path) -> None:
         ax.set_ylabel("test error %")
         ax.set_title(f"{name}: T = {res['trees']}")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 if __name__ == "__main__":

@@ -223,20 +223,24 @@ def _sse(sw, swy, swyy, q):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
+def _add_point(Y, w, i, swy, swyy):  # pragma: no cover - numba
+    """Add point i's weighted targets and squares to the running sums; returns its weight."""
+    wi = w[i]
+    for a in range(Y.shape[1]):
+        v = Y[i, a]
+        swy[a] += wi * v
+        swyy[a] += wi * v * v
+    return wi
+
+
+@njit(cache=True, nogil=True)
 def _node_sums(Y, w, idx, lo, hi, swy, swyy):  # pragma: no cover - numba
-    q = Y.shape[1]
+    """Weight, and per-output weighted sums of targets and squares, of the points idx[lo:hi]."""
+    swy[:] = 0.0
+    swyy[:] = 0.0
     sw = 0.0
-    for a in range(q):
-        swy[a] = 0.0
-        swyy[a] = 0.0
     for p in range(lo, hi):
-        i = idx[p]
-        wi = w[i]
-        sw += wi
-        for a in range(q):
-            v = Y[i, a]
-            swy[a] += wi * v
-            swyy[a] += wi * v * v
+        sw += _add_point(Y, w, idx[p], swy, swyy)
     return sw
 
 
@@ -311,18 +315,11 @@ def _split_denil(Xt, Y, w, struct, s_lo, s_hi, est, e_lo, e_hi, lam, m, k, state
             evals[p] = Xt[d, est[e_lo + p]]
         evals.sort()
         lw = 0.0
-        for a_ in range(q):
-            lwy[a_] = 0.0
-            lwyy[a_] = 0.0
+        lwy[:] = 0.0
+        lwyy[:] = 0.0
         je = 0
         for r in range(ns - 1):
-            i = struct[s_lo + srt[r]]
-            wi = w[i]
-            lw += wi
-            for a_ in range(q):
-                v = Y[i, a_]
-                lwy[a_] += wi * v
-                lwyy[a_] += wi * v * v
+            lw += _add_point(Y, w, struct[s_lo + srt[r]], lwy, lwyy)
             v0 = vals[srt[r]]
             v1 = vals[srt[r + 1]]
             if v0 == v1 or v0 < a or v1 > b:
@@ -383,18 +380,11 @@ def _split_biau12(Xt, Y, w, struct, s_lo, s_hi, n_cand, state, node, base, dim, 
         lo, hi = _cell(node - base, d, dim[base:], thr[base:], child[base:], parent[base:], cell_lo[d], cell_hi[d])
         t = np.float32((np.float64(lo) + np.float64(hi)) * 0.5)
         lw = 0.0
-        for a in range(q):
-            lwy[a] = 0.0
-            lwyy[a] = 0.0
+        lwy[:] = 0.0
+        lwyy[:] = 0.0
         for p in range(s_lo, s_hi):
-            i = struct[p]
-            if Xt[d, i] <= t:
-                wi = w[i]
-                lw += wi
-                for a in range(q):
-                    v = Y[i, a]
-                    lwy[a] += wi * v
-                    lwyy[a] += wi * v * v
+            if Xt[d, struct[p]] <= t:
+                lw += _add_point(Y, w, struct[p], lwy, lwyy)
         g = parent_sse - _sse(lw, lwy, lwyy, q) - _sse(sw - lw, swy - lwy, swyy - lwyy, q)
         if g > best_gain:
             best_gain = g
