@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import click
 
+from imageforest.app_commands import check_batch_inputs, check_planned_outputs, check_training_options, run_batch
 from imageforest.apps.bodyparts.depth import DEPTH_SUFFIXES
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import check_destination, output_folder, output_stems, plan_outputs, resolved
+from imageforest.outputs import output_folder, output_stems, plan_outputs
 
 
 @click.group()
@@ -41,25 +41,14 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
               fx: float | None, fy: float | None, cx: float | None, cy: float | None, threads: int | None) -> None:
     """Label every body pixel of DEPTH maps (16-bit PNG/TIFF in mm, or .npy) with its part, and propose joints."""
     inputs = list(depths)
-    for path in inputs:
-        if path.suffix.lower() not in DEPTH_SUFFIXES:
-            raise fail(f"{path}: depth is read from {', '.join(DEPTH_SUFFIXES)} files")
-    if overlay is not None and len(inputs) == 1 and overlay.suffix.lower() != ".png":
-        raise fail(f"--overlay: {overlay}: the overlay is a .png")
-    if threads is not None and threads < 1:
-        raise fail(f"--threads must be at least 1, got {threads}")
+    check_batch_inputs(inputs, DEPTH_SUFFIXES, "depth is", overlay, threads)
     output_folder(out, "--out")
     stems = output_stems(inputs, tuple(f"_depth{s}" for s in DEPTH_SUFFIXES) + DEPTH_SUFFIXES)  # a_depth.png: a
     plans = {"parts": [out / f"{s}_parts.png" for s in stems],
              "joints": [out / f"{s}_joints.json" for s in stems],
              "proba": [out / f"{s}_proba.npy" if proba else None for s in stems],
              "overlay": plan_outputs(overlay, inputs, stems, "_overlay.png", "--overlay")}
-    sources = {resolved(p, "input") for p in inputs}
-    for path in plans["parts"] + plans["joints"] + [p for p in plans["proba"] if p is not None]:
-        check_destination(path, sources, "--out", devices=False)
-    every = [p.resolve() for paths in plans.values() for p in paths if p is not None]
-    if len(every) != len(set(every)):
-        raise fail("two outputs would go to the same file; give --out and --overlay different places")
+    check_planned_outputs(plans, inputs)
     camera = {k: v for k, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)) if v is not None}
     try:
         from imageforest.apps.bodyparts.api import load_body_model, parse_depth_file
@@ -75,26 +64,20 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
             model.n_jobs = threads
     except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None
-    failures = 0
-    for k, path in enumerate(inputs):
-        t0 = time.perf_counter()
-        try:
-            document, result, depth = parse_depth_file(path, model, camera, probabilities=proba)
-            write_parts_png(result.labels, plans["parts"][k])
-            write_json(document, plans["joints"][k])
-            if plans["proba"][k] is not None:
-                write_probabilities(result.probabilities, plans["proba"][k])
-            if plans["overlay"][k] is not None:
-                write_overlay(depth, result, len(model.part_names_), plans["overlay"][k])
-        except (ImageForestError, OSError) as exc:
-            failures += 1
-            click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
-            continue
+
+    def process(k: int, path: Path) -> tuple[str, Path]:
+        document, result, depth = parse_depth_file(path, model, camera, probabilities=proba)
+        write_parts_png(result.labels, plans["parts"][k])
+        write_json(document, plans["joints"][k])
+        if plans["proba"][k] is not None:
+            write_probabilities(result.probabilities, plans["proba"][k])
+        if plans["overlay"][k] is not None:
+            write_overlay(depth, result, len(model.part_names_), plans["overlay"][k])
         found = sum(bool(p) for p in result.joints.values())
-        click.echo(f"{path}: {document['body_pixels']} body pixels, {found}/{len(result.joints)} joints found, "
-                   f"{time.perf_counter() - t0:.3f} s -> {plans['parts'][k]}", err=True)
-    if failures:
-        raise SystemExit(1)
+        return (f"{document['body_pixels']} body pixels, {found}/{len(result.joints)} joints found",
+                plans["parts"][k])
+
+    run_batch(inputs, process)
 
 
 @commands.command("train-bodyparts")
@@ -114,13 +97,8 @@ def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, i
                             pixels_per_image: int, candidates: int, reach: float, balanced: bool, seed: int,
                             name: str, threads: int | None) -> None:
     """Train a body-parts model on DATA: rendered bodies (data_scripts/render_bodies.py) or hand-depth-parts."""
-    if out.suffix.lower() != ".npz":
-        raise fail(f"-o: {out}: a model file ends in .npz")
-    check_destination(out, set(), "-o", devices=False)
-    for flag, value, least in (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
-                               ("--pixels-per-image", pixels_per_image, 1)):
-        if value < least:
-            raise fail(f"{flag} must be at least {least}, got {value}")
+    check_training_options(out, (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
+                                 ("--pixels-per-image", pixels_per_image, 1)))
     try:
         from imageforest.apps.bodyparts.training import train_bodyparts
 

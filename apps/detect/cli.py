@@ -7,15 +7,15 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import click
 
+from imageforest.app_commands import check_batch_inputs, check_planned_outputs, check_training_options, run_batch
 from imageforest.apps.detect.datasets import IMAGE_SUFFIXES
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import check_destination, output_folder, output_stems, plan_outputs, resolved
+from imageforest.outputs import output_folder, output_stems, plan_outputs
 
 
 @click.group()
@@ -38,25 +38,14 @@ def detect(images: tuple[Path, ...], out: Path, model_path: Path | None, overlay
            threshold: float | None, threads: int | None) -> None:
     """Detect objects in colour IMAGES (JPEG, PNG, ...): boxes [x0, y0, x1, y1] in each image's pixels."""
     inputs = list(images)
-    for path in inputs:
-        if path.suffix.lower() not in IMAGE_SUFFIXES:
-            raise fail(f"{path}: images are read from {', '.join(IMAGE_SUFFIXES)} files")
-    if overlay is not None and len(inputs) == 1 and overlay.suffix.lower() != ".png":
-        raise fail(f"--overlay: {overlay}: the overlay is a .png")
-    if threads is not None and threads < 1:
-        raise fail(f"--threads must be at least 1, got {threads}")
+    check_batch_inputs(inputs, IMAGE_SUFFIXES, "images are", overlay, threads)
     if threshold is not None and not abs(threshold) < float("inf"):
         raise fail(f"--threshold must be a finite number, got {threshold}")
     output_folder(out, "--out")
     stems = output_stems(inputs, IMAGE_SUFFIXES)
     plans = {"json": [out / f"{s}.json" for s in stems],
              "overlay": plan_outputs(overlay, inputs, stems, "_overlay.png", "--overlay")}
-    sources = {resolved(p, "input") for p in inputs}
-    for path in plans["json"]:
-        check_destination(path, sources, "--out", devices=False)
-    every = [p.resolve() for paths in plans.values() for p in paths if p is not None]
-    if len(every) != len(set(every)):
-        raise fail("two outputs would go to the same file; give --out and --overlay different places")
+    check_planned_outputs(plans, inputs)
     try:
         from imageforest.apps.detect.api import detect_file, load_detector
         from imageforest.apps.detect.report import write_json, write_overlay
@@ -66,23 +55,16 @@ def detect(images: tuple[Path, ...], out: Path, model_path: Path | None, overlay
             model.n_jobs = threads
     except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None
-    failures = 0
-    for k, path in enumerate(inputs):
-        t0 = time.perf_counter()
-        try:
-            document, result, rgb = detect_file(path, model, threshold, keep_hough=plans["overlay"][k] is not None)
-            write_json(document, plans["json"][k])
-            if plans["overlay"][k] is not None:
-                write_overlay(rgb, result, plans["overlay"][k])
-        except (ImageForestError, OSError) as exc:
-            failures += 1
-            click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
-            continue
+
+    def process(k: int, path: Path) -> tuple[str, Path]:
+        document, result, rgb = detect_file(path, model, threshold, keep_hough=plans["overlay"][k] is not None)
+        write_json(document, plans["json"][k])
+        if plans["overlay"][k] is not None:
+            write_overlay(rgb, result, plans["overlay"][k])
         best = f", best score {result.detections[0].score:.2f}" if result.detections else ""
-        click.echo(f"{path}: {len(result.detections)} detection(s){best}, {time.perf_counter() - t0:.3f} s -> "
-                   f"{plans['json'][k]}", err=True)
-    if failures:
-        raise SystemExit(1)
+        return f"{len(result.detections)} detection(s){best}", plans["json"][k]
+
+    run_batch(inputs, process)
 
 
 @commands.command("train-detector")
@@ -107,13 +89,8 @@ def train_detector_command(data_dir: Path, out: Path, variant: str, loss: str, t
                            candidates: int, negatives: Path | None, images: int | None, seed: int, name: str,
                            threads: int | None) -> None:
     """Train a detector on DATA: images with boxes.json (the layout of the Weizmann horses, or name -> boxes)."""
-    if out.suffix.lower() != ".npz":
-        raise fail(f"-o: {out}: a model file ends in .npz")
-    check_destination(out, set(), "-o", devices=False)
-    for flag, value, least in (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
-                               ("--patches", patches, 2)):
-        if value < least:
-            raise fail(f"{flag} must be at least {least}, got {value}")
+    check_training_options(out, (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
+                                 ("--patches", patches, 2)))
     try:
         from imageforest.apps.detect.training import train_detector
 
