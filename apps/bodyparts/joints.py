@@ -17,6 +17,7 @@ import numpy as np
 from numba import prange
 
 from imageforest.apps.bodyparts.depth import Camera
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 
@@ -218,49 +219,47 @@ def smooth_posteriors(post: np.ndarray, yx: np.ndarray, radius: int) -> np.ndarr
                         np.ascontiguousarray(yx[:, 1] - x0, dtype=np.int64), h, w, int(radius))
 
 
-@njit(cache=True, parallel=True)
-def _box_average(post, ys, xs, h, w, r):  # pragma: no cover - numba
-    """Masked box filter over the body's bounding box: running sums along rows, then along columns (the last
-    channel counts body pixels)."""
+def _box_average(post: np.ndarray, ys: np.ndarray, xs: np.ndarray, h: int, w: int, r: int) -> np.ndarray:
+    """Masked box filter over the body's bounding box: window sums along rows, then along columns, of the
+    posteriors scattered into the box (a last channel counts body pixels); (n, k) float32 averages."""
+    grid = _scatter(post, ys, xs, h, w)
+    rows = np.empty_like(grid)
+    run_ranges(_window_sums_range, h, grid, rows, r)
+    cols = np.empty_like(grid)
+    run_ranges(_window_sums_range, w, rows.transpose(1, 0, 2), cols.transpose(1, 0, 2), r)  # columns as lines
+    k = post.shape[1]
+    return cols[ys, xs, :k] / cols[ys, xs, k][:, None]
+
+
+@njit(cache=True, nogil=True)
+def _scatter(post, ys, xs, h, w):  # pragma: no cover - numba
+    """(h, w, k + 1) float32 grid: each point's posterior at its pixel, and 1 in the last channel."""
     n, k = post.shape
     grid = np.zeros((h, w, k + 1), dtype=np.float32)
     for i in range(n):
         for c in range(k):
             grid[ys[i], xs[i], c] = post[i, c]
         grid[ys[i], xs[i], k] = 1.0
-    rows = np.empty_like(grid)
-    for y in prange(h):
-        acc = np.zeros(k + 1, dtype=np.float64)
-        for x in range(min(r, w)):
-            for c in range(k + 1):
-                acc[c] += grid[y, x, c]
-        for x in range(w):
-            if x + r < w:
-                for c in range(k + 1):
-                    acc[c] += grid[y, x + r, c]
-            for c in range(k + 1):
-                rows[y, x, c] = acc[c]
+    return grid
+
+
+@njit(cache=True, nogil=True)
+def _window_sums_range(l0, l1, src, dst, r):  # pragma: no cover - numba
+    """dst[l, x] = sum of src[l, x - r + 1 .. x + r - 1] (clipped to the line) for lines l0..l1 of (lines, length,
+    channels) arrays, by a running sum in float64."""
+    length, ch = src.shape[1], src.shape[2]
+    acc = np.zeros(ch, dtype=np.float64)
+    for line in range(l0, l1):
+        acc[:] = 0.0
+        for x in range(min(r, length)):
+            for c in range(ch):
+                acc[c] += src[line, x, c]
+        for x in range(length):
+            if x + r < length:
+                for c in range(ch):
+                    acc[c] += src[line, x + r, c]
+            for c in range(ch):
+                dst[line, x, c] = acc[c]
             if x - r >= 0:
-                for c in range(k + 1):
-                    acc[c] -= grid[y, x - r, c]
-    out = np.empty_like(post)
-    cols = np.empty_like(grid)
-    for x in prange(w):
-        acc = np.zeros(k + 1, dtype=np.float64)
-        for y in range(min(r, h)):
-            for c in range(k + 1):
-                acc[c] += rows[y, x, c]
-        for y in range(h):
-            if y + r < h:
-                for c in range(k + 1):
-                    acc[c] += rows[y + r, x, c]
-            for c in range(k + 1):
-                cols[y, x, c] = acc[c]
-            if y - r >= 0:
-                for c in range(k + 1):
-                    acc[c] -= rows[y - r, x, c]
-    for i in prange(n):
-        count = cols[ys[i], xs[i], k]
-        for c in range(k):
-            out[i, c] = cols[ys[i], xs[i], c] / count
-    return out
+                for c in range(ch):
+                    acc[c] -= src[line, x - r, c]
