@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	sh plugins/napari-imageforest/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]" -e "./plugins/napari-imageforest[testing]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
 	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup
 	$(BIN)/python -m imageforest.apps.detect.scripts.warmup

@@ -34,7 +34,7 @@ MASK_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
 
 
 @click.command()
-@click.argument("scans", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("scans", nargs=-1, required=True)
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
               help="Localizer model (.npz); default: the shipped head-and-neck model.")
 @click.option("--organs", default=None, help="Comma-separated organs to report (default: all the model knows).")
@@ -46,18 +46,37 @@ MASK_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
               help="NIfTI label map of the boxes on the scan's grid (a folder for several scans).")
 @click.option("--threads", type=int, default=None, help="Threads for the forest (default: all cores).")
 @click.option("--compact", is_flag=True, help="JSON on stdout on one line per document instead of indented.")
-def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | None, out: Path | None,
-             overlay: Path | None, mask: Path | None, threads: int | None, compact: bool) -> None:
-    """Find organs and their bounding boxes (LPS mm) in CT SCANs (NIfTI, NRRD, MHA or a DICOM folder)."""
+@click.option("--workers", type=int, default=None,
+              help="Localize on a local Dask cluster of N worker processes (needs -o OUT, a folder).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Localize on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (needs -o OUT, a folder).")
+@click.option("--resume", is_flag=True, help="Skip scans whose outputs in OUT are complete (needs -o OUT).")
+def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None, out: Path | None,
+             overlay: Path | None, mask: Path | None, threads: int | None, compact: bool, workers: int | None,
+             scheduler: str | None, resume: bool) -> None:
+    """Find organs and their bounding boxes (LPS mm) in CT SCANs (NIfTI, NRRD, MHA or a DICOM folder).
+
+    A SCAN may be @LIST (a file listing one scan per line) or a quoted glob ('archive/**/*.nii.gz'). With
+    --workers, --scheduler or --resume the scans are a batch: each scan's JSON goes to the folder OUT as it
+    finishes, and OUT/batch_report.json reports every scan."""
     t_start = time.perf_counter()
-    scans_list = list(scans)
+    try:
+        from imageforest.apps.localize.batch import expand_scan_arguments
+
+        scans_list = expand_scan_arguments(scans)
+    except ImageForestError as exc:
+        raise _fail(str(exc)) from None
+    if threads is not None and threads < 1:
+        raise _fail(f"--threads must be at least 1, got {threads}")
+    if workers is not None or scheduler is not None or resume:
+        _localize_batch(scans_list, model_path, _split_names(organs), out, overlay, mask, threads, workers,
+                        scheduler, resume)
+        return
     many = len(scans_list) > 1
     if mask is not None and not many and not mask.name.lower().endswith(MASK_SUFFIXES):
         raise _fail(f"--mask: {mask}: write the mask as one of {', '.join(MASK_SUFFIXES)}")
     if overlay is not None and not many and overlay.suffix.lower() != ".png":
         raise _fail(f"--overlay: {overlay}: the overlay is a .png")
-    if threads is not None and threads < 1:
-        raise _fail(f"--threads must be at least 1, got {threads}")
     stems = output_stems(scans_list, SCAN_SUFFIXES)
     plans = {"json": plan_outputs(out, scans_list, stems, ".json", "--out"),
              "overlay": plan_outputs(overlay, scans_list, stems, "_overlay.png", "--overlay"),
@@ -110,6 +129,45 @@ def localize(scans: tuple[Path, ...], model_path: Path | None, organs: str | Non
         sys.exit(1)
 
 
+def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str] | None, out: Path | None,
+                    overlay: Path | None, mask: Path | None, threads: int | None, workers: int | None,
+                    scheduler: str | None, resume: bool) -> None:
+    """`localize` over a batch: in this process (--resume alone) or on a Dask cluster; exit code 1 when any scan
+    failed."""
+    if out is None:
+        raise _fail("--workers, --scheduler and --resume write into a folder: give -o OUT")
+    if workers is not None and scheduler is not None:
+        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
+    if workers is not None and workers < 1:
+        raise _fail(f"--workers must be at least 1, got {workers}")
+    from imageforest.apps.localize.batch import localize_many
+
+    client = None
+    try:
+        if workers is not None or scheduler is not None:
+            from imageforest.apps.localize.cluster import connect, local_threads
+
+            client = connect(workers, scheduler, threads)
+            click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
+            if workers is not None:
+                threads = local_threads(workers, threads)
+        report = localize_many(scans, out, client, model=model_path, organs=organs,
+                               overlay=overlay if overlay is not None else False,
+                               mask=mask if mask is not None else False, resume=resume, threads=threads,
+                               progress=lambda line: click.echo(line, err=True))
+    except (ImageForestError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if client is not None:
+            from imageforest.apps.localize.cluster import disconnect
+
+            disconnect(client)
+    click.echo(f"{report['ok']} localized, {report['failed']} failed, {report['skipped']} skipped (complete) in "
+               f"{report['wall_s']:.1f} s; report: {Path(out) / 'batch_report.json'}", err=True)
+    if report["failed"]:
+        sys.exit(1)
+
+
 @click.command("model-info")
 @click.argument("model_path", required=False, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="The card as JSON.")
@@ -155,22 +213,47 @@ def model_info(model_path: Path | None, as_json: bool) -> None:
 @click.option("--seed", type=int, default=RECIPE["random_state"], show_default=True,
               help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its model card.")
+@click.option("--workers", type=int, default=None,
+              help="Grow the independent forests on a local Dask cluster of N worker processes.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Grow the independent forests on the Dask cluster at ADDRESS, e.g. tcp://host:8786.")
 def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, depth: int, spacing: float,
-                    points_per_scan: int, refine_spacing: float, seed: int, name: str) -> None:
+                    points_per_scan: int, refine_spacing: float, seed: int, name: str, workers: int | None,
+                    scheduler: str | None) -> None:
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
-    name are the default model's (`apps/localize/recipe.py`)."""
+    name are the default model's (`apps/localize/recipe.py`). With --workers or --scheduler the first stage's
+    forest and every fine- and slice-stage forest grow as Dask tasks; the model's bytes are the same."""
     check_destination(out, set(), "--out", devices=False)
+    if workers is not None and scheduler is not None:
+        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
+    if workers is not None and workers < 1:
+        raise _fail(f"--workers must be at least 1, got {workers}")
+    client = None
     try:
         from imageforest.apps.localize.training import train_from_folder
 
         params = {**RECIPE, "n_trees": trees, "max_depth": depth, "spacing_mm": spacing,
                   "points_per_scan": points_per_scan, "refine_spacing_mm": refine_spacing, "random_state": seed}
-        model = train_from_folder(data_dir, _split_names(organs), name=name,
+        run_jobs = None
+        if workers is not None or scheduler is not None:
+            from imageforest.apps.localize.cluster import connect, dask_jobs, local_threads
+
+            client = connect(workers, scheduler)
+            click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
+            run_jobs = dask_jobs(client)
+            if workers is not None:
+                params["n_jobs"] = local_threads(workers)
+        model = train_from_folder(data_dir, _split_names(organs), name=name, run_jobs=run_jobs,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
+    finally:
+        if client is not None:
+            from imageforest.apps.localize.cluster import disconnect
+
+            disconnect(client)
     click.echo(f"wrote {out} ({len(model.organs)} organs: {', '.join(model.organs)})", err=True)
 
 

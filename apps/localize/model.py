@@ -303,7 +303,7 @@ class OrganLocalizer(PlainTrees):
             raise InvalidInputError(f"{', '.join(odd)}: give one value per fine stage ({n}) or a single value")
         return [{name: v[0] if len(v) == 1 else v[s] for name, v in values.items()} for s in range(n)]
 
-    def fit(self, scans: list[Image], truths: list, progress=None) -> OrganLocalizer:
+    def fit(self, scans: list[Image], truths: list, progress=None, run_jobs=None) -> OrganLocalizer:
         """Grow the forest on CT scans and their organ truth.
 
         Parameters
@@ -315,6 +315,10 @@ class OrganLocalizer(PlainTrees):
             in mm with NaN rows for absent organs.
         progress : callable(str), optional
             Receives one line per stage.
+        run_jobs : callable, optional
+            Runs the independent forests: takes a list of ``(function, args)`` and returns ``[function(*args),
+            ...]`` in order (default: here, one after another; `imageforest.apps.localize.cluster.dask_jobs` runs
+            them as Dask tasks). The model is the same either way.
         """
         self._check_settings()
         if len(scans) != len(truths) or not scans:
@@ -367,38 +371,45 @@ class OrganLocalizer(PlainTrees):
         Y = np.concatenate(targets)
         if np.all(np.isnan(Y)):
             raise InvalidInputError("no organ is present in any training scan")
-        family = self._features()
-        stack = family.prepare(works)
         pts = np.ascontiguousarray(np.concatenate(points), dtype=np.int32)
-        say(f"growing {self.n_trees} trees on {len(pts)} voxels of {len(works)} volumes")
-        # Within one scan the two walls of an axis move together (their difference is the organ's size), so a
-        # leaf of one scan's voxels has a nearly singular covariance; a floor of one working voxel squared per
-        # wall keeps such leaves from looking infinitely certain, in the gain and in the vote ranking.
-        objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=self._floor())
-        grown = self.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
-        say(f"grown: {self.forest_.n_leaves} leaves ({time.perf_counter() - t0:.0f} s)")
-        self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = _organ_leaves(grown, Y, np.concatenate(known), n_org)
-        self.leaf_var_, self.leaf_corr_ = pack_covariance(cov)  # as a model file holds them
-        self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
-        self.refiners_ = [None] * n_org
+        # Every forest below grows from its own data and seed: they are independent jobs (`run_jobs` runs them
+        # here one after another, or e.g. as Dask tasks), and the model's bytes do not depend on where they ran.
+        jobs = [(_grow_first_stage, (self, works, pts, Y, np.concatenate(known), n_org))]
+        places = []  # per fine job: (organ, stage)
         for o in range(n_org):
             if not fine[o][0][0]:  # no training scan shows the organ: no fine stages for it
                 continue
-            cascade = []
             for s, stage in enumerate(stages):
                 regions, pts_o, y_o = fine[o][s]
                 seed = int(fine_rng.integers(2**31))
                 refiner = self._fine_forest(WallRefiner, seed, stage["refine_trees"], stage["refine_min_samples_leaf"],
                                             stage["refine_reach_mm"])
-                refiner.fit(regions, np.concatenate(pts_o), np.concatenate(y_o))
-                cascade.append(refiner)
-                say(f"fine stage {s + 1}, {self.organs[o]}: {refiner.forest_.n_leaves} leaves from {len(regions)} "
-                    f"regions ({time.perf_counter() - t0:.0f} s)")
-                fine[o][s] = ([], [], [])  # free the regions as we go
-            self.refiners_[o] = cascade
-        self._fit_slice_stage(scans, truths, slice_rng, say)
+                jobs.append((_fit_refiner, (refiner, regions, np.concatenate(pts_o), np.concatenate(y_o))))
+                places.append((o, s))
+                fine[o][s] = ([], [], [])
+        slice_jobs = self._slice_stage_jobs(scans, truths, slice_rng) if refining else []
+        jobs.extend(job for _, job in slice_jobs)
+        say(f"growing {len(jobs)} forests: the first stage's {self.n_trees} trees on {len(pts)} voxels of "
+            f"{len(works)} volumes, {len(places)} fine-stage and {len(slice_jobs)} slice-stage forests")
+        n_volumes = len(works)
+        del works, fine
+        results = (run_jobs or _run_here)(jobs)
+        first, fitted = results[0], results[1:]
+        self.family_, self.forest_, self.n_features_in_ = first[0]
+        self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = first[1]
+        say(f"grown: {self.forest_.n_leaves} first-stage leaves ({time.perf_counter() - t0:.0f} s)")
+        self.leaf_var_, self.leaf_corr_ = pack_covariance(cov)  # as a model file holds them
+        self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
+        self.refiners_ = [None] * n_org
+        for (o, s), refiner in zip(places, fitted[:len(places)], strict=True):
+            self.refiners_[o] = [*(self.refiners_[o] or []), refiner]
+            say(f"fine stage {s + 1}, {self.organs[o]}: {refiner.forest_.n_leaves} leaves")
+        self.slicers_ = [None] * n_org
+        for (o, _), slicer in zip(slice_jobs, fitted[len(places):], strict=True):
+            self.slicers_[o] = slicer
+            say(f"slice stage, {self.organs[o]}: {slicer.forest_.n_leaves} leaves")
         self._derive()
-        self.training_summary_ = {"scans": len(scans), "volumes": len(works), "voxels": len(pts)}
+        self.training_summary_ = {"scans": len(scans), "volumes": n_volumes, "voxels": len(pts)}
         return self
 
     def _fine_forest(self, kind: type[WallRefiner], seed: int, n_trees, min_samples_leaf, reach_mm) -> WallRefiner:
@@ -421,18 +432,17 @@ class OrganLocalizer(PlainTrees):
                                                  int(stage["refine_points"]), rng)
                 _add_region(fine[o][s], region, zyx, y)
 
-    def _fit_slice_stage(self, scans: list[Image], truths: list, rng: np.random.Generator, say) -> None:
-        """Grow `slicers_`: a slice-stage forest for every elongated organ (`slice_elongation`) that some
-        training scan contours, when every truth is a label map (`OrganSlices`) and the fine stages are on.
-        Training regions sit around the true box (of the whole scan) jittered by the last fine stage's jitter."""
+    def _slice_stage_jobs(self, scans: list[Image], truths: list, rng: np.random.Generator) -> list[tuple]:
+        """The slice-stage forests to grow, as ``(organ, (function, args))``: one for every elongated organ
+        (`slice_elongation`) that some training scan contours, when every truth is a label map (`OrganSlices`)
+        and the fine stages are on. Training regions sit around the true box (of the whole scan) jittered by the
+        last fine stage's jitter."""
         n_org = len(self.organs)
-        self.slicers_ = [None] * n_org
         if float(self.refine_spacing_mm) <= 0 or not all(isinstance(t, OrganSlices) for t in truths):
-            return
+            return []
         tubes = elongated(np.array([t.boxes() for t in truths]), self.slice_elongation)
         jitter = self._fine_stages()[-1]["refine_jitter_mm"]
         data = [([], [], []) for _ in range(n_org)]  # per organ: regions, points, targets
-        t0 = time.perf_counter()
         for scan, truth in zip(scans, truths, strict=True):
             boxes = boxes_in_view(truth, scan, n_org)
             source = FineSource(scan, float(self.refine_spacing_mm))
@@ -443,16 +453,16 @@ class OrganLocalizer(PlainTrees):
                                                        int(self.slice_points), rng)
                 if len(zyx):
                     _add_region(data[o], region, zyx, y)
+        jobs = []
         for o in np.flatnonzero(tubes):
             regions, pts, targets = data[o]
             if not regions:
                 continue
             slicer = self._fine_forest(SliceWallRefiner, int(rng.integers(2**31)), self.slice_trees,
                                        self.slice_min_samples_leaf, self.slice_reach_mm)
-            self.slicers_[o] = slicer.fit(regions, np.concatenate(pts), np.concatenate(targets))
-            say(f"slice stage, {self.organs[o]}: {slicer.forest_.n_leaves} leaves from {len(regions)} regions "
-                f"({time.perf_counter() - t0:.0f} s)")
+            jobs.append((int(o), (_fit_refiner, (slicer, regions, np.concatenate(pts), np.concatenate(targets)))))
             data[o] = ([], [], [])
+        return jobs
 
     @property
     def leaf_cov_(self) -> np.ndarray:
@@ -719,6 +729,34 @@ class OrganLocalizer(PlainTrees):
             if isinstance(hyper.get(name), list):
                 hyper[name] = tuple(hyper[name])
         return cls(**hyper)
+
+
+def _run_here(jobs: list[tuple]) -> list:
+    """Run ``(function, args)`` jobs in this process, in order, dropping each job's data once it has run."""
+    results = []
+    for k, (function, args) in enumerate(jobs):
+        jobs[k] = None
+        results.append(function(*args))
+    return results
+
+
+def _grow_first_stage(model: OrganLocalizer, works: list[Image], pts: np.ndarray, Y: np.ndarray, known: np.ndarray,
+                      n_org: int) -> tuple:
+    """Grow the first stage's forest on the working volumes; returns ((family_, forest_, n_features_in_),
+    (leaf_share, leaf_count, leaf_mean, leaf_cov)). A job: `model` may be a copy on another machine."""
+    family = model._features()
+    stack = family.prepare(works)
+    # Within one scan the two walls of an axis move together (their difference is the organ's size), so a
+    # leaf of one scan's voxels has a nearly singular covariance; a floor of one working voxel squared per
+    # wall keeps such leaves from looking infinitely certain, in the gain and in the vote ranking.
+    objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=model._floor())
+    grown = model.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+    return (model.family_, model.forest_, model.n_features_in_), _organ_leaves(grown, Y, known, n_org)
+
+
+def _fit_refiner(refiner: WallRefiner, regions: list[Image], pts: np.ndarray, y: np.ndarray) -> WallRefiner:
+    """Fit a fine-stage or slice-stage forest (a job)."""
+    return refiner.fit(regions, pts, y)
 
 
 def _fine_prefix(organ: int, stage: int) -> str:

@@ -53,8 +53,10 @@ def case_truth(case: Case, n_organs: int) -> OrganSlices | np.ndarray:
 
 
 def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[str], None] | None = None,
-                    name: str = "custom", version: str = "1", data_note: str = "", **params) -> OrganLocalizer:
-    """Read `cases`, fit an `OrganLocalizer` with `params`, and record a model card."""
+                    name: str = "custom", version: str = "1", data_note: str = "", run_jobs=None,
+                    **params) -> OrganLocalizer:
+    """Read `cases`, fit an `OrganLocalizer` with `params`, and record a model card. `run_jobs` runs the
+    independent forests (see `OrganLocalizer.fit`; e.g. `imageforest.apps.localize.cluster.dask_jobs`)."""
     say = progress or (lambda _msg: None)
     scans, truths = [], []
     for k, case in enumerate(cases):
@@ -63,7 +65,7 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
         if (k + 1) % 25 == 0 or k + 1 == len(cases):
             say(f"read {k + 1}/{len(cases)} scans")
     model = OrganLocalizer(organs=list(organs), **params)
-    model.fit(scans, truths, progress=say)
+    model.fit(scans, truths, progress=say, run_jobs=run_jobs)
     present = np.array([[not np.isnan(b[0]) for b in (t.boxes() if isinstance(t, OrganSlices) else t)]
                         for t in truths])
     model.model_card_ = {
@@ -77,7 +79,8 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
 
 
 def train_from_folder(data_dir: str | Path, organs: list[str] | None = None, progress=None, name: str = "custom",
-                      **params) -> OrganLocalizer:
+                      run_jobs=None, **params) -> OrganLocalizer:
     """`imageforest train-localizer`: every case of `data_dir`."""
     cases, names = find_cases(data_dir, organs)
-    return train_localizer(cases, names, progress=progress, name=name, data_note=str(data_dir), **params)
+    return train_localizer(cases, names, progress=progress, name=name, data_note=str(data_dir), run_jobs=run_jobs,
+                           **params)

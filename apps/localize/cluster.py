@@ -1,0 +1,71 @@
+"""Dask clusters for the localizer's commands: a local one of N worker processes, or an existing one by address.
+
+Dask is an optional dependency (``pip install 'imageforest[dask]'``); without it these commands say so in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from imageforest.exceptions import InvalidInputError
+
+
+def _dask():
+    try:
+        from dask import distributed
+    except ImportError:
+        raise InvalidInputError("--workers and --scheduler need Dask: pip install 'imageforest[dask]'") from None
+    return distributed
+
+
+def local_threads(workers: int, threads: int | None = None) -> int:
+    """Numba threads per worker of a local cluster: `threads`, or the cores shared out among the workers."""
+    return int(threads) if threads else max(1, (os.cpu_count() or 1) // workers)
+
+
+def connect(workers: int | None = None, scheduler: str | None = None, threads: int | None = None):
+    """A `dask.distributed.Client`: on `scheduler` (an address such as tcp://host:8786), else on a new local
+    cluster of `workers` processes with one task at a time each (a task's forest runs on `local_threads`).
+
+    Raises InvalidInputError when Dask is missing or the scheduler cannot be reached."""
+    distributed = _dask()
+    if scheduler is not None:
+        try:
+            return distributed.Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as exc:
+            raise InvalidInputError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    if not workers or workers < 1:
+        raise InvalidInputError(f"give at least one worker, got {workers}")
+    # Worker processes: the forest's numba kernels release the GIL, but reading and resampling scans do not.
+    cluster = distributed.LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
+                                       dashboard_address=":8787", silence_logs=logging.ERROR)
+    return distributed.Client(cluster)
+
+
+def disconnect(client) -> None:
+    """Close `client`, and its cluster when this process made it."""
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def _call(function, args):
+    return function(*args)
+
+
+def dask_jobs(client):
+    """A `run_jobs` for `OrganLocalizer.fit`: each ``(function, args)`` job becomes a task on `client`'s cluster
+    (its data scattered to one worker first, the largest job submitted first); results come back in order."""
+
+    def run(jobs: list[tuple]) -> list:
+        futures, stamp = [], f"{os.getpid()}-{time.time_ns()}"
+        for k, (function, args) in enumerate(jobs):
+            [data] = client.scatter([args], hash=False)
+            futures.append(client.submit(_call, function, data, pure=False, key=f"train-job-{stamp}-{k}"))
+            jobs[k] = None  # the cluster holds the data now
+        return client.gather(futures)
+
+    return run
