@@ -52,20 +52,26 @@ def disconnect(client) -> None:
         cluster.close()
 
 
-def _call(function, args):
-    return function(*args)
-
-
 def dask_jobs(client):
-    """A `run_jobs` for `OrganLocalizer.fit`: each ``(function, args)`` job becomes a task on `client`'s cluster
-    (its data scattered to one worker first, the largest job submitted first); results come back in order."""
+    """A `run_jobs` for `OrganLocalizer.fit`: each ``(function, args)`` job becomes a task on `client`'s cluster,
+    in order (the first stage's trees first); results come back in order. Each distinct argument object is
+    scattered once, so data that several jobs share (the first stage's integral volumes) travels once to each
+    worker that needs it."""
 
     def run(jobs: list[tuple]) -> list:
-        futures, stamp = [], f"{os.getpid()}-{time.time_ns()}"
+        futures, scattered, stamp = [], {}, f"{os.getpid()}-{time.time_ns()}"
         for k, (function, args) in enumerate(jobs):
-            [data] = client.scatter([args], hash=False)
-            futures.append(client.submit(_call, function, data, pure=False, key=f"train-job-{stamp}-{k}"))
+            remote = []
+            for arg in args:
+                if isinstance(arg, (int, float, str)) or arg is None:
+                    remote.append(arg)
+                    continue
+                if id(arg) not in scattered:
+                    [scattered[id(arg)]] = client.scatter([arg], hash=False)
+                remote.append(scattered[id(arg)])
+            futures.append(client.submit(function, *remote, pure=False, key=f"train-job-{stamp}-{k}"))
             jobs[k] = None  # the cluster holds the data now
+        scattered.clear()
         return client.gather(futures)
 
     return run

@@ -59,6 +59,7 @@ from imageforest.estimators.base import numba_threads
 from imageforest.estimators.params import GROWTH, Anything, Boolean, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
+from imageforest.forest.storage import ForestArrays
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import Votes, ranked_medians, ranked_order
@@ -329,6 +330,7 @@ class OrganLocalizer(PlainTrees):
         # the slice stage from a third (spawning does not advance `rng`).
         fine_rng = rng.spawn(1)[0]
         slice_rng = rng.spawn(1)[0]
+        tree_rng = rng.spawn(1)[0]  # the first stage's per-tree seeds
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
@@ -374,7 +376,12 @@ class OrganLocalizer(PlainTrees):
         pts = np.ascontiguousarray(np.concatenate(points), dtype=np.int32)
         # Every forest below grows from its own data and seed: they are independent jobs (`run_jobs` runs them
         # here one after another, or e.g. as Dask tasks), and the model's bytes do not depend on where they ran.
-        jobs = [(_grow_first_stage, (self, works, pts, Y, np.concatenate(known), n_org))]
+        # The first stage grows tree by tree, each tree from its own seed, so that its trees can be jobs too.
+        stack = self._features().prepare(works)
+        known_all = np.concatenate(known)
+        jobs = [(_grow_first_stage_tree, (self, stack, pts, Y, known_all, n_org, int(seed)))
+                for seed in tree_rng.integers(2**31, size=int(self.n_trees))]
+        del stack
         places = []  # per fine job: (organ, stage)
         for o in range(n_org):
             if not fine[o][0][0]:  # no training scan shows the organ: no fine stages for it
@@ -394,9 +401,13 @@ class OrganLocalizer(PlainTrees):
         n_volumes = len(works)
         del works, fine
         results = (run_jobs or _run_here)(jobs)
-        first, fitted = results[0], results[1:]
-        self.family_, self.forest_, self.n_features_in_ = first[0]
-        self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = first[1]
+        trees, fitted = results[:self.n_trees], results[self.n_trees:]
+        self.family_ = self._features()
+        self.forest_ = ForestArrays.concatenate([t[0] for t in trees])
+        self.family_.prepare_apply(self.forest_)
+        self.n_features_in_ = self.family_.n_features
+        self.leaf_share_, self.leaf_count_, self.leaf_mean_, cov = (np.concatenate([t[1][k] for t in trees])
+                                                                     for k in range(4))
         say(f"grown: {self.forest_.n_leaves} first-stage leaves ({time.perf_counter() - t0:.0f} s)")
         self.leaf_var_, self.leaf_corr_ = pack_covariance(cov)  # as a model file holds them
         self.edge_offsets_ = np.array(edge_offsets, dtype=np.float32)
@@ -740,18 +751,19 @@ def _run_here(jobs: list[tuple]) -> list:
     return results
 
 
-def _grow_first_stage(model: OrganLocalizer, works: list[Image], pts: np.ndarray, Y: np.ndarray, known: np.ndarray,
-                      n_org: int) -> tuple:
-    """Grow the first stage's forest on the working volumes; returns ((family_, forest_, n_features_in_),
-    (leaf_share, leaf_count, leaf_mean, leaf_cov)). A job: `model` may be a copy on another machine."""
-    family = model._features()
-    stack = family.prepare(works)
+def _grow_first_stage_tree(model: OrganLocalizer, stack: ImageStack, pts: np.ndarray, Y: np.ndarray,
+                           known: np.ndarray, n_org: int, seed: int) -> tuple:
+    """Grow one tree of the first stage (`model`'s settings, seed `seed`) on the working volumes' integral
+    `stack`; returns (ForestArrays of the tree, (leaf_share, leaf_count, leaf_mean, leaf_cov)). A job: `model` is
+    only read (it may be a copy on another machine)."""
+    tree = model.__class__(**{**model.get_params(), "n_trees": 1, "random_state": seed})
+    family = tree._features()
     # Within one scan the two walls of an axis move together (their difference is the organ's size), so a
     # leaf of one scan's voxels has a nearly singular covariance; a floor of one working voxel squared per
     # wall keeps such leaves from looking infinitely certain, in the gain and in the vote ranking.
-    objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=model._floor())
-    grown = model.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
-    return (model.family_, model.forest_, model.n_features_in_), _organ_leaves(grown, Y, known, n_org)
+    objective = Objective.regression(Y, "gaussian", block_size=6, variance_floor=tree._floor())
+    grown = tree.grow(family, (stack, pts), len(pts), objective, np.ones(len(pts)))
+    return grown.forest, _organ_leaves(grown, Y, known, n_org)
 
 
 def _fit_refiner(refiner: WallRefiner, regions: list[Image], pts: np.ndarray, y: np.ndarray) -> WallRefiner:

@@ -208,6 +208,30 @@ class ForestArrays:
     def max_depth(self) -> int:
         return int(self.depth.max()) if self.depth.size else 0
 
+    @classmethod
+    def concatenate(cls, forests: list[ForestArrays]) -> ForestArrays:
+        """Forests grown apart (e.g. as separate jobs) as one: their trees, nodes and leaves in the order given."""
+        if not forests:
+            raise ValueError("concatenate needs at least one forest")
+        node_base = np.cumsum([0] + [f.n_nodes for f in forests[:-1]])
+        leaf_base = np.cumsum([0] + [f.n_leaves for f in forests[:-1]])
+        tree_base = np.cumsum([0] + [f.n_trees for f in forests[:-1]])
+        child = [np.where(f.child >= 0, f.child + nb, f.child - lb)
+                 for f, nb, lb in zip(forests, node_base, leaf_base, strict=True)]
+        return cls(params=np.concatenate([f.params for f in forests]),
+                   thr_lo=np.concatenate([f.thr_lo for f in forests]),
+                   thr_hi=np.concatenate([f.thr_hi for f in forests]),
+                   child=np.concatenate(child).astype(np.int32),
+                   depth=np.concatenate([f.depth for f in forests]),
+                   gain=np.concatenate([f.gain for f in forests]),
+                   weight=np.concatenate([f.weight for f in forests]),
+                   tree_root=np.concatenate([f.tree_root + nb for f, nb in zip(forests, node_base, strict=True)]
+                                            ).astype(np.int32),
+                   leaf_node=np.concatenate([f.leaf_node + nb for f, nb in zip(forests, node_base, strict=True)]
+                                            ).astype(np.int32),
+                   leaf_tree=np.concatenate([f.leaf_tree + tb for f, tb in zip(forests, tree_base, strict=True)]
+                                            ).astype(np.int32))
+
     def to_arrays(self, prefix: str = "forest.") -> dict[str, np.ndarray]:
         """Arrays for an `.npz` file, keyed ``prefix + field``."""
         return {prefix + f.name: getattr(self, f.name) for f in fields(self)}

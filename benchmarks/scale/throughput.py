@@ -1,0 +1,83 @@
+"""Batch localization throughput: a plain in-process loop against a local Dask cluster of 1 and 2 workers.
+
+    python benchmarks/scale/throughput.py ../shared/data/openkbp-hn [--scans 200] [--json OUT.json]
+
+Every configuration localizes the same scans with the default model into a fresh folder (`localize_many`, JSON
+outputs). The plain loop is `client=None`: what `imageforest localize SCANS -o OUT` does. A cluster's start-up
+(worker processes) is timed apart from the batch; the batch includes each worker's model load. Dask's overhead per
+scan is the batch time of 1 worker minus the plain loop's, on the same thread count, over the scans. Peak memory is
+the resident total of this process and its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.scale._common import TreeMemory, archive_scans
+from imageforest.apps.localize.batch import localize_many
+
+
+def run(scans: list[Path], workers: int | None, threads: int) -> dict:
+    from imageforest.apps.localize.cluster import connect, disconnect
+
+    with tempfile.TemporaryDirectory() as out, TreeMemory() as memory:
+        client, startup = None, 0.0
+        if workers:
+            t0 = time.perf_counter()
+            client = connect(workers)
+            client.wait_for_workers(workers)
+            startup = time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            report = localize_many(scans, out, client, threads=threads)
+            wall = time.perf_counter() - t0
+        finally:
+            if client is not None:
+                disconnect(client)
+    per_scan = [e["timing_s"]["total"] for e in report["entries"] if e["status"] == "ok"]
+    return {"workers": workers or 0, "threads": threads, "startup_s": round(startup, 2), "batch_s": round(wall, 2),
+            "scans_per_s": round(len(scans) / wall, 3), "ok": report["ok"], "failed": report["failed"],
+            "median_scan_s": round(sorted(per_scan)[len(per_scan) // 2], 3), "peak_mib": round(memory.peak / 2**20)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--scans", type=int, default=200)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    scans = archive_scans(args.data, args.scans)
+    cores = os.cpu_count() or 1
+    configs = [("plain loop", None, 1), ("--workers 1", 1, 1), ("--workers 2", 2, 1), ("plain loop", None, cores),
+               ("--workers 1", 1, cores)]
+    rows = []
+    print(f"{len(scans)} scans of {args.data}, default model, {cores} cores")
+    print(f"{'configuration':<14} {'threads':>7} {'start s':>8} {'batch s':>8} {'scans/s':>8} {'median s':>9} "
+          f"{'peak MiB':>9}")
+    for name, workers, threads in configs:
+        row = run(scans, workers, threads)
+        row["name"] = name
+        rows.append(row)
+        print(f"{name:<14} {threads:>7} {row['startup_s']:8.2f} {row['batch_s']:8.2f} {row['scans_per_s']:8.3f} "
+              f"{row['median_scan_s']:9.3f} {row['peak_mib']:9d}", flush=True)
+    by = {(r["workers"], r["threads"]): r for r in rows}
+    plain, one, two = by[(0, 1)], by[(1, 1)], by[(2, 1)]
+    overhead = (one["batch_s"] - plain["batch_s"]) / len(scans)
+    print(f"Dask overhead at 1 worker (1 thread): {overhead * 1000:+.1f} ms per scan, "
+          f"{100 * (one['batch_s'] / plain['batch_s'] - 1):+.1f}% of the plain loop")
+    print(f"2 workers against 1 (1 thread each): {two['scans_per_s'] / one['scans_per_s']:.2f}x; against the plain "
+          f"loop on {cores} threads: {two['scans_per_s'] / by[(0, cores)]['scans_per_s']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"scans": len(scans), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
