@@ -15,6 +15,7 @@ _LAZY = {
     "DEFAULT_MODEL": "imageforest.apps.localize.api",
     "load_localizer": "imageforest.apps.localize.api",
     "localize_file": "imageforest.apps.localize.api",
+    "localize_many": "imageforest.apps.localize.batch",
     "Localization": "imageforest.apps.localize.model",
     "OrganEstimate": "imageforest.apps.localize.model",
     "OrganLocalizer": "imageforest.apps.localize.model",

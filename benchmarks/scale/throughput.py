@@ -5,7 +5,8 @@
 Every configuration localizes the same scans with the default model into a fresh folder (`localize_many`, JSON
 outputs). The plain loop is `client=None`: what `imageforest localize SCANS -o OUT` does. A cluster's start-up
 (worker processes) is timed apart from the batch; the batch includes each worker's model load. Dask's overhead per
-scan is the batch time of 1 worker minus the plain loop's, on the same thread count, over the scans. Peak memory is
+scan is the batch time of 1 worker minus the plain loop's, on the same numba thread count, over the scans (a
+worker's BLAS threads follow its numba threads; the plain loop's BLAS keeps its default). Peak memory is
 the resident total of this process and its workers.
 """
 
@@ -32,7 +33,7 @@ def run(scans: list[Path], workers: int | None, threads: int) -> dict:
         client, startup = None, 0.0
         if workers:
             t0 = time.perf_counter()
-            client = connect(workers)
+            client = connect(workers, threads=threads)
             client.wait_for_workers(workers)
             startup = time.perf_counter() - t0
         try:
@@ -56,8 +57,8 @@ def main() -> None:
     args = ap.parse_args()
     scans = archive_scans(args.data, args.scans)
     cores = os.cpu_count() or 1
-    configs = [("plain loop", None, 1), ("--workers 1", 1, 1), ("--workers 2", 2, 1), ("plain loop", None, cores),
-               ("--workers 1", 1, cores)]
+    configs = [("plain loop", None, cores), ("--workers 1", 1, cores), ("plain loop", None, 1),
+               ("--workers 1", 1, 1), ("--workers 2", 2, 1)]
     rows = []
     print(f"{len(scans)} scans of {args.data}, default model, {cores} cores")
     print(f"{'configuration':<14} {'threads':>7} {'start s':>8} {'batch s':>8} {'scans/s':>8} {'median s':>9} "
@@ -69,12 +70,15 @@ def main() -> None:
         print(f"{name:<14} {threads:>7} {row['startup_s']:8.2f} {row['batch_s']:8.2f} {row['scans_per_s']:8.3f} "
               f"{row['median_scan_s']:9.3f} {row['peak_mib']:9d}", flush=True)
     by = {(r["workers"], r["threads"]): r for r in rows}
-    plain, one, two = by[(0, 1)], by[(1, 1)], by[(2, 1)]
-    overhead = (one["batch_s"] - plain["batch_s"]) / len(scans)
-    print(f"Dask overhead at 1 worker (1 thread): {overhead * 1000:+.1f} ms per scan, "
-          f"{100 * (one['batch_s'] / plain['batch_s'] - 1):+.1f}% of the plain loop")
-    print(f"2 workers against 1 (1 thread each): {two['scans_per_s'] / one['scans_per_s']:.2f}x; against the plain "
-          f"loop on {cores} threads: {two['scans_per_s'] / by[(0, cores)]['scans_per_s']:.2f}x")
+    for threads in sorted({cores, 1}, reverse=True):
+        plain, one = by[(0, threads)], by[(1, threads)]
+        print(f"Dask overhead at 1 worker ({threads} thread{'s' if threads > 1 else ''}): "
+              f"{(one['batch_s'] - plain['batch_s']) / len(scans) * 1000:+.1f} ms per scan, "
+              f"{100 * (one['batch_s'] / plain['batch_s'] - 1):+.1f}% of the plain loop's time")
+    two = by[(2, 1)]["scans_per_s"]
+    print(f"2 workers (1 thread each) against 1 worker on 1 thread: {two / by[(1, 1)]['scans_per_s']:.2f}x"
+          f"; on {cores} threads: {two / by[(1, cores)]['scans_per_s']:.2f}x; against the plain loop "
+          f"on {cores} threads: {two / by[(0, cores)]['scans_per_s']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"scans": len(scans), "rows": rows}, indent=1))
 
