@@ -41,14 +41,15 @@ def connect(workers: int | None = None, scheduler: str | None = None, threads: i
     # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which hands every freed large block back to the
     # system at once (a scan's many short-lived volume-sized arrays then page-fault afresh), and with one BLAS /
     # OpenMP thread. Measured against the plain loop: 21% slower per scan with both, 7% with glibc's threshold
-    # back, within 1% without either. Workers get glibc's adaptive threshold and as many BLAS threads as numba
-    # threads.
+    # back, within 1% without either. Workers get glibc's adaptive threshold, and as many BLAS and ITK (reading,
+    # resampling) threads as numba threads, so that N workers do not ask for N times the cores.
     import dask
 
     per_worker = str(local_threads(int(workers), threads))
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    environ.update({name: per_worker for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+    environ.update({name: per_worker for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                  "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS")})
     dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
     # Worker processes: the forest's numba kernels release the GIL, but reading and resampling scans do not.
     cluster = distributed.LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,

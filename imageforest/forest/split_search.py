@@ -16,14 +16,27 @@ blocks (pair p goes to block p % N_WORK_BLOCKS) and each block allocates its scr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import prange
 
-from imageforest.forest.objectives import GINI, MIXED, accumulate, supervised_scale, weighted_impurity
+from imageforest.forest.objectives import (
+    GINI,
+    MIXED,
+    SQUARED_ERROR,
+    accumulate,
+    supervised_scale,
+    weighted_impurity,
+)
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 N_WORK_BLOCKS = 256
+# The sorted search sorts a candidate's keys by radix (3 passes of 11 bits) from this many points on; below it a
+# comparison sort of the few keys is faster.
+RADIX_MIN = 1024
+RADIX_BITS = 11
 LINEAR_BIN_MAX = 32
 
 
@@ -387,3 +400,194 @@ def _class_counts_range(s0, s1, pos_labels, seg_start, seg_end, stats):  # pragm
             tally[np.uint64(pos_labels[m])] += 1
         for c in range(n_classes):
             stats[s, c] = tally[c]
+
+
+def sorted_search_applies(criterion: int, n_blocks: int, q: int) -> bool:
+    """Whether `exhaustive_best_sorted` serves this objective: class entropy or Gini, or squared error on one
+    target (the scores whose children's impurities follow from running sums in O(1) per point)."""
+    return criterion <= GINI or (criterion == SQUARED_ERROR and n_blocks == 1 and q == 1)
+
+
+def exhaustive_best_sorted(resp, seg_start, seg_end, rows, wts, criterion, labels, targets, n_classes,
+                           min_samples_leaf):
+    """`exhaustive_best` for the objectives of `sorted_search_applies`, with the same choices: each candidate's
+    responses are sorted once (as 64-bit keys: the float's order-preserving bits, then its position) and the
+    children's statistics move one point at a time, so a boundary costs O(1) whatever the number of classes.
+
+    Returns (gain (n_nodes, rho) float64 with -inf where nothing splits, threshold (n_nodes, rho) float32)."""
+    n_nodes = seg_start.shape[0]
+    rho = resp.shape[0]
+    gain = np.full((n_nodes, rho), -np.inf)
+    threshold = np.zeros((n_nodes, rho), dtype=np.float32)
+    n_pairs = n_nodes * rho
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    if n_pairs == 0:
+        return gain, threshold
+    longest = int(np.max(seg_end - seg_start))
+    tgt = targets[:, 0] if criterion == SQUARED_ERROR else np.zeros(1)
+    resp = np.ascontiguousarray(resp, dtype=np.float32)
+    run_ranges(_sorted_search_blocks, n_work, n_work, resp, resp.view(np.uint32), seg_start, seg_end, rows, wts,
+               criterion, labels, tgt,
+               max(n_classes, 1), min_samples_leaf, longest, gain, threshold)
+    return gain, threshold
+
+
+@njit(cache=True, nogil=True)
+def _sorted_search_blocks(b0, b1, n_work, resp, resp_bits, seg_start, seg_end, rows, wts, criterion, labels, tgt,
+                          n_classes, msl, longest, gain, threshold):  # pragma: no cover - numba
+    rho = resp.shape[0]
+    n_pairs = seg_start.shape[0] * rho
+    keys = np.empty(longest, dtype=np.uint64)
+    spare = np.empty(longest if longest >= RADIX_MIN else 0, dtype=np.uint64)
+    counts = np.empty(1 << RADIX_BITS, dtype=np.int64)
+    left = np.empty(n_classes)
+    total = np.empty(n_classes)
+    for blk in range(b0, b1):
+        for pair in range(blk, n_pairs, n_work):
+            s = pair // rho
+            c = pair % rho
+            a = seg_start[s]
+            n = seg_end[s] - a
+            if n < 2 * msl:
+                continue
+            vals = resp[c, a:a + n]
+            for m in range(n):
+                bits = np.uint64(resp_bits[c, a + m])
+                # order-preserving: flip every bit of a negative float, only the sign bit of a positive one
+                key = bits ^ np.uint64(0xFFFFFFFF) if bits >> np.uint64(31) else bits | np.uint64(0x80000000)
+                keys[m] = (key << np.uint64(32)) | np.uint64(m)
+            if n >= RADIX_MIN:
+                _radix_sort_high(keys, spare, counts, n)
+            else:
+                keys[:n].sort()
+            g, t = _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total)
+            gain[s, c] = g
+            threshold[s, c] = t
+
+
+@njit(cache=True)
+def _radix_sort_high(keys, spare, counts, n):  # pragma: no cover - numba
+    """Sort keys[:n] by their upper 32 bits, stably (least significant digit first, RADIX_BITS at a time): keys
+    built with ascending positions in the lower bits come out as a full sort would leave them."""
+    n_bins = counts.shape[0]
+    mask = np.uint64(n_bins - 1)
+    src, dst = keys, spare
+    passes = 0
+    shift = 32
+    while shift < 64:
+        counts[:] = 0
+        sh = np.uint64(shift)
+        for m in range(n):
+            counts[np.int64((src[m] >> sh) & mask)] += 1
+        acc = 0
+        for b in range(n_bins):
+            c = counts[b]
+            counts[b] = acc
+            acc += c
+        for m in range(n):
+            b = np.int64((src[m] >> sh) & mask)
+            dst[counts[b]] = src[m]
+            counts[b] += 1
+        src, dst = dst, src
+        passes += 1
+        shift += RADIX_BITS
+    if passes % 2 == 1:
+        for m in range(n):
+            keys[m] = src[m]
+
+
+@njit(cache=True, inline="always")
+def _xlogx(x):  # pragma: no cover - numba
+    return x * math.log(x) if x > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total):  # pragma: no cover - numba
+    """Best boundary of one sorted candidate: (gain, threshold) as `_best_sorted_split` defines them."""
+    low = np.uint64(0xFFFFFFFF)
+    w_node = 0.0
+    s_node = 0.0
+    regression = criterion == SQUARED_ERROR
+    if not regression:
+        left[:] = 0.0
+        total[:] = 0.0
+    w_pts = 0.0  # the node's weight without points whose target is NaN
+    for m in range(n):
+        w = wts[a + m]
+        w_node += w
+        if regression:
+            y = tgt[rows[a + m]]
+            if not math.isnan(y):
+                s_node += w * y
+                w_pts += w
+        else:
+            total[labels[rows[a + m]]] += w
+    best = -np.inf
+    best_thr = np.float32(0.0)
+    if w_node <= 0.0:
+        return best, best_thr
+    # Running sums: weights, target sums (regression), sum of squared class weights (Gini) or of c log c (entropy)
+    w_left = 0.0
+    s_left = 0.0
+    acc_left = 0.0
+    acc_right = 0.0
+    if criterion == GINI:
+        for k in range(total.shape[0]):
+            acc_right += total[k] * total[k]
+    elif not regression:
+        for k in range(total.shape[0]):
+            acc_right += _xlogx(total[k])
+    if regression:
+        parent = -s_node * s_node / w_pts if w_pts > 0.0 else 0.0
+    elif criterion == GINI:
+        parent = w_node - acc_right / w_node
+    else:
+        parent = _xlogx(w_node) - acc_right
+    if not regression:
+        w_pts = w_node
+    for r in range(n - 1):
+        m = np.int64(keys[r] & low)
+        w = wts[a + m]
+        if regression:
+            y = tgt[rows[a + m]]
+            if not math.isnan(y):
+                w_left += w
+                s_left += w * y
+        else:
+            k = labels[rows[a + m]]
+            lk = left[k]
+            rk = total[k] - lk
+            if criterion == GINI:
+                acc_left += w * (2.0 * lk + w)
+                acc_right += w * (w - 2.0 * rk)
+            else:
+                acc_left += _xlogx(lk + w) - _xlogx(lk)
+                acc_right += _xlogx(rk - w) - _xlogx(rk)
+            left[k] = lk + w
+            w_left += w
+        v0 = vals[m]
+        v1 = vals[np.int64(keys[r + 1] & low)]
+        if v1 <= v0 or r + 1 < msl or n - r - 1 < msl:
+            continue
+        w_right = w_pts - w_left
+        if regression:
+            s_right = s_node - s_left
+            child = 0.0
+            if w_left > 0.0:
+                child -= s_left * s_left / w_left
+            if w_right > 0.0:
+                child -= s_right * s_right / w_right
+        elif criterion == GINI:
+            child = 0.0
+            if w_left > 0.0:
+                child += w_left - acc_left / w_left
+            if w_right > 0.0:
+                child += w_right - acc_right / w_right
+        else:
+            child = _xlogx(w_left) - acc_left + _xlogx(max(w_right, 0.0)) - acc_right
+        g = (parent - child) / w_node
+        if g > best:
+            best = g
+            mid = np.float32(0.5 * (np.float64(v0) + np.float64(v1)))
+            best_thr = mid if mid < v1 else v0  # v0 <= thr < v1 exactly in float32
+    return best, best_thr

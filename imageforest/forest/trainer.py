@@ -27,12 +27,14 @@ from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
     exhaustive_best,
+    exhaustive_best_sorted,
     lifted_gain_table,
     partition_configs,
     partition_segments,
     segment_class_counts,
     segment_min_max,
     segment_stats,
+    sorted_search_applies,
 )
 from imageforest.forest.storage import ForestArrays
 from imageforest.forest.threads import run_ranges
@@ -408,8 +410,12 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                                 choice = _tie_broken_argmax(flat, tie_u[sel])
                             best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                         else:
-                            g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
-                                                           n_blocks, q, n_stats, reg, msl)
+                            if lifted is None and sorted_search_applies(crit, n_blocks, q):
+                                g_tab, t_tab = exhaustive_best_sorted(resp, seg_start, seg_end, rows, w_pos, crit,
+                                                                      lab_c, tgt_c, n_stats, msl)
+                            else:
+                                g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c,
+                                                               tgt_c, n_blocks, q, n_stats, reg, msl)
                             best_c = _tie_broken_argmax(g_tab, tie_u[sel])
                             best_gain = g_tab[idx, best_c]
                             lo_b = np.full(b - a, -np.inf, dtype=np.float32)
