@@ -37,6 +37,7 @@ N_WORK_BLOCKS = 256
 # comparison sort of the few keys is faster.
 RADIX_MIN = 1024
 RADIX_BITS = 11
+INSERTION_MAX = 16
 LINEAR_BIN_MAX = 32
 
 
@@ -458,8 +459,16 @@ def _sorted_search_blocks(b0, b1, n_work, resp, resp_bits, seg_start, seg_end, r
                 keys[m] = (key << np.uint64(32)) | np.uint64(m)
             if n >= RADIX_MIN:
                 _radix_sort_high(keys, spare, counts, n)
-            else:
+            elif n > INSERTION_MAX:
                 keys[:n].sort()
+            else:  # deep nodes: most pairs hold a handful of points
+                for i in range(1, n):
+                    key = keys[i]
+                    j = i - 1
+                    while j >= 0 and keys[j] > key:
+                        keys[j + 1] = keys[j]
+                        j -= 1
+                    keys[j + 1] = key
             g, t = _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total)
             gain[s, c] = g
             threshold[s, c] = t
