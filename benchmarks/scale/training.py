@@ -73,11 +73,11 @@ def main() -> None:
         rows.append((label, wall, digest, memory.peak))
         print(f"{label:<12} {wall:8.1f} s  peak {memory.peak / 2**20:8.0f} MiB  model sha256 {digest}", flush=True)
         if times:
-            first = sum(t for name, t in times if name == "_grow_first_stage")
-            rest = sum(t for name, t in times if name != "_grow_first_stage")
-            print(f"  jobs: first stage {first:.1f} s, {len(times) - 1} fine/slice forests {rest:.1f} s "
-                  f"(longest {max(t for name, t in times if name != '_grow_first_stage'):.1f} s); "
-                  f"data preparation and the rest {wall - first - rest:.1f} s")
+            trees = [t for name, t in times if name == "_grow_first_stage_tree"]
+            others = [t for name, t in times if name != "_grow_first_stage_tree"]
+            print(f"  jobs: first stage {len(trees)} trees {sum(trees):.1f} s (longest {max(trees):.1f} s), "
+                  f"{len(others)} fine/slice forests {sum(others):.1f} s (longest {max(others):.1f} s); data "
+                  f"preparation and the rest {wall - sum(trees) - sum(others):.1f} s")
     print(f"identical model bytes: {len({r[2] for r in rows}) == 1}; 2 workers against 1: "
           f"{rows[1][1] / rows[2][1]:.2f}x; against here: {rows[0][1] / rows[2][1]:.2f}x")
 
