@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	sh plugins/napari-imageforest/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
-	$(BIN)/python -m imageforest.apps.localize.scripts.warmup
-	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup
-	$(BIN)/python -m imageforest.apps.detect.scripts.warmup
+	# numba's cache, filled on both cores: the body-parts kernels beside the localizer's and the detector's
+	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup & parts=$$!; \
+	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup; \
+	status=$$?; wait $$parts && test $$status -eq 0
 	touch $(STAMP)
 
 # Both cores, each test module on one worker so that its module fixtures (trained models) are built once.
