@@ -216,8 +216,10 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
 
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
-    scans = [Path(p) for p in paths]
-    items = plan_batch(scans, out, overlay, mask)
+    # Absolute paths: a remote worker runs in a folder of its own (the JSON's "scan" names the absolute path).
+    scans = [Path(p).absolute() for p in paths]
+    items = plan_batch(scans, Path(out).absolute(), *(x if isinstance(x, bool) else Path(x).absolute()
+                                                      for x in (overlay, mask)))
     model_path = None if model is None else str(Path(model).resolve())
     # Checked here once, so that a bad model or organ name stops the batch before any task runs.
     check_organs(load_localizer(model_path), organs)
