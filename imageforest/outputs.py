@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from imageforest.cli import fail
+from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import atomic_write
 
 
@@ -38,15 +39,23 @@ def output_stems(paths: list[Path], suffixes: tuple[str, ...]) -> list[str]:
     return out
 
 
-def output_folder(target: Path, what: str, not_a_folder: str = "is a file; give a folder") -> None:
-    """Create the output folder `target` when missing; refuse a file in its place (one line: `what`, the path,
-    `not_a_folder`)."""
+def make_folder(target: Path, not_a_folder: str = "is a file; give a folder") -> None:
+    """Create the output folder `target` when missing; raise InvalidInputError (one line) for a file in its place
+    (`not_a_folder` says why) or a folder that cannot be made."""
     if target.exists() and not target.is_dir():
-        raise fail(f"{what}: {target} {not_a_folder}")
+        raise InvalidInputError(f"{target} {not_a_folder}")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise fail(f"{what}: cannot create the folder {target} ({exc.strerror or exc})") from None
+        raise InvalidInputError(f"cannot create the folder {target} ({exc.strerror or exc})") from None
+
+
+def output_folder(target: Path, what: str, not_a_folder: str = "is a file; give a folder") -> None:
+    """`make_folder` for a command: its error as one line prefixed with `what` (the option)."""
+    try:
+        make_folder(target, not_a_folder)
+    except InvalidInputError as exc:
+        raise fail(f"{what}: {exc}") from None
 
 
 def resolved(path: Path, what: str) -> Path:

@@ -77,7 +77,7 @@ def plan_batch(scans: list[Path], out: str | os.PathLike, overlay: bool | str | 
     when missing; stems are as `imageforest localize` names them.
 
     Raises InvalidInputError when there is no scan, a folder is a file, or an output would overwrite an input."""
-    from imageforest.outputs import output_stems
+    from imageforest.outputs import make_folder, output_stems
 
     if not scans:
         raise InvalidInputError("no scans given")
@@ -86,12 +86,7 @@ def plan_batch(scans: list[Path], out: str | os.PathLike, overlay: bool | str | 
         if target is False or target is None:
             return None
         folder = Path(out) if target is True else Path(target)
-        if folder.exists() and not folder.is_dir():
-            raise InvalidInputError(f"{folder} is a file; a batch writes into a folder")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InvalidInputError(f"cannot create the folder {folder} ({exc.strerror or exc})") from None
+        make_folder(folder, "is a file; a batch writes into a folder")
         return folder
 
     json_dir, overlay_dir, mask_dir = folder_of(True), folder_of(overlay), folder_of(mask)

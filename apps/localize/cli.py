@@ -129,6 +129,13 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
         sys.exit(1)
 
 
+def _check_cluster_options(workers: int | None, scheduler: str | None) -> None:
+    if workers is not None and scheduler is not None:
+        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
+    if workers is not None and workers < 1:
+        raise _fail(f"--workers must be at least 1, got {workers}")
+
+
 def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str] | None, out: Path | None,
                     overlay: Path | None, mask: Path | None, threads: int | None, workers: int | None,
                     scheduler: str | None, resume: bool) -> None:
@@ -136,10 +143,7 @@ def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str
     failed."""
     if out is None:
         raise _fail("--workers, --scheduler and --resume write into a folder: give -o OUT")
-    if workers is not None and scheduler is not None:
-        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
-    if workers is not None and workers < 1:
-        raise _fail(f"--workers must be at least 1, got {workers}")
+    _check_cluster_options(workers, scheduler)
     from imageforest.apps.localize.batch import localize_many
 
     client = None
@@ -225,10 +229,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
     name are the default model's (`apps/localize/recipe.py`). With --workers or --scheduler the first stage's
     forest and every fine- and slice-stage forest grow as Dask tasks; the model's bytes are the same."""
     check_destination(out, set(), "--out", devices=False)
-    if workers is not None and scheduler is not None:
-        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
-    if workers is not None and workers < 1:
-        raise _fail(f"--workers must be at least 1, got {workers}")
+    _check_cluster_options(workers, scheduler)
     client = None
     try:
         from imageforest.apps.localize.training import train_from_folder
