@@ -8,7 +8,7 @@ Each scan's outputs are written by whoever localizes it, as it finishes, atomica
 that exists is a finished scan, so a batch killed half-way keeps what it finished and `resume=True` skips it. A
 scan that fails (a bad file, a worker out of memory, a worker lost) is tried once more on another worker, then
 reported; the others go on. The report (every scan's status, error line and timings) is returned and written to
-``OUT/batch_report.json``.
+``OUT/batch_report.json``, also while the batch runs.
 
 A worker loads the model once (`_worker_model` keeps it for the worker's lifetime) and runs the forest on
 `threads` numba threads. Workers of a remote cluster read the scans and write the outputs by the same paths as the
@@ -32,6 +32,7 @@ from imageforest.outputs import write_json
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
 REPORT_NAME = "batch_report.json"
 REPORT_VERSION = 1
+REPORT_EVERY_S = 30.0  # a running batch rewrites its report this often (and when stopped)
 GLOB_CHARS = set("*?[")
 
 
@@ -203,9 +204,11 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
     retries : further attempts for a failed scan (on another worker when there is one)
     progress : callable(str), one line per finished scan
 
-    Report: ``{"format_version", "out", "model", "workers", "scans": n, "ok", "failed", "skipped", "wall_s",
-    "scans_per_s", "entries": [{"scan", "json", "status" (ok | failed | skipped), "error", "attempts", "worker",
-    "timing_s": {"read", "localize", "total", "model_load", "wall"}}, ...]}`` in input order.
+    Report: ``{"format_version", "out", "model", "workers", "finished", "scans": n, "ok", "failed", "skipped",
+    "pending", "wall_s", "scans_per_s", "entries": [{"scan", "json", "status" (ok | failed | skipped | pending),
+    "error", "attempts", "worker", "timing_s": {"read", "localize", "total", "model_load", "wall"}}, ...]}`` in
+    input order. It is rewritten every `REPORT_EVERY_S` while the batch runs and when it stops (`finished`
+    false, unfinished scans "pending"), and at the end.
     """
     from imageforest.apps.localize.api import check_organs, load_localizer
 
@@ -227,6 +230,21 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
         else:
             todo.append(k)
     counts = {"ok": 0, "failed": 0}
+    workers = 0 if client is None else len(client.scheduler_info(n_workers=-1)["workers"])
+    last_write = [time.perf_counter()]
+
+    def write_report(finished: bool) -> dict:
+        wall = time.perf_counter() - t_start
+        ok, failed = counts["ok"], counts["failed"]
+        report = {"format_version": REPORT_VERSION, "out": str(out), "model": model_path or "default",
+                  "workers": workers, "finished": finished, "scans": len(items), "ok": ok, "failed": failed,
+                  "skipped": len(items) - len(todo), "pending": len(todo) - ok - failed, "wall_s": round(wall, 3),
+                  "scans_per_s": round((ok + failed) / wall, 4) if wall > 0 else None,
+                  "entries": [e if e is not None else {"scan": str(items[k].scan), "json": str(items[k].json),
+                                                       "status": "pending"} for k, e in enumerate(entries)]}
+        write_json(report, Path(out) / REPORT_NAME, indent=1)
+        last_write[0] = time.perf_counter()
+        return report
 
     def record(k: int, entry: dict, attempts: int) -> None:
         entries[k] = {**entry, "attempts": attempts}
@@ -235,35 +253,32 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
         say(f"[{done}/{len(todo)}] {entry['status']:<6} {entry['timing_s'].get('wall', 0.0):6.2f} s  "
             f"{items[k].scan}" + (f"  ({entry['error']})" if entry["error"] else "")
             + f"  (done {counts['ok']}, failed {counts['failed']})")
+        if time.perf_counter() - last_write[0] > REPORT_EVERY_S:
+            write_report(False)  # a batch stopped half-way still says what it did
 
-    if client is None:
-        for k in todo:
-            entry = localize_item(items[k], model_path, organs, threads)
-            attempts = 1
-            while entry["status"] == "failed" and attempts <= retries:
+    try:
+        if client is None:
+            for k in todo:
                 entry = localize_item(items[k], model_path, organs, threads)
-                attempts += 1
-            record(k, entry, attempts)
-        workers = 0
-    else:
-        workers = _run_on_cluster(client, items, todo, model_path, organs, threads, retries, record)
-    wall = time.perf_counter() - t_start
-    ok, failed = counts["ok"], counts["failed"]
-    report = {"format_version": REPORT_VERSION, "out": str(out), "model": model_path or "default",
-              "workers": workers, "scans": len(items), "ok": ok, "failed": failed,
-              "skipped": len(items) - len(todo), "wall_s": round(wall, 3),
-              "scans_per_s": round((ok + failed) / wall, 4) if wall > 0 else None, "entries": entries}
-    write_json(report, Path(out) / REPORT_NAME, indent=1)
-    return report
+                attempts = 1
+                while entry["status"] == "failed" and attempts <= retries:
+                    entry = localize_item(items[k], model_path, organs, threads)
+                    attempts += 1
+                record(k, entry, attempts)
+        else:
+            _run_on_cluster(client, items, todo, model_path, organs, threads, retries, record)
+    except BaseException:
+        write_report(False)
+        raise
+    return write_report(True)
 
 
 def _run_on_cluster(client, items: list[BatchItem], todo: list[int], model_path: str | None,
-                    organs: list[str] | None, threads: int | None, retries: int, record) -> int:
+                    organs: list[str] | None, threads: int | None, retries: int, record) -> None:
     """Submit one task per scan; a failed attempt (reported by the task, or a task lost with its worker) goes
-    once more to another worker. Returns the number of workers at the start."""
+    once more to another worker; `record` gets every scan's final entry."""
     from dask.distributed import as_completed
 
-    n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
     stamp = f"{os.getpid()}-{time.time_ns()}"
 
     def submit(k: int, attempt: int, workers: list[str] | None = None):
@@ -291,4 +306,3 @@ def _run_on_cluster(client, items: list[BatchItem], todo: list[int], model_path:
             queue.add(again)
             continue
         record(k, entry, attempt)
-    return n_workers

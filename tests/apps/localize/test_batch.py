@@ -59,7 +59,8 @@ def test_batch_in_process_reports_every_scan_and_resumes(archive, tmp_path: Path
     lines = []
     report = localize_many(batch_paths(root), out, model=root / "model.npz", mask=tmp_path / "masks",
                            progress=lines.append)
-    assert (report["ok"], report["failed"], report["skipped"]) == (2, 1, 0)
+    assert (report["ok"], report["failed"], report["skipped"], report["pending"]) == (2, 1, 0, 0)
+    assert report["finished"] is True
     assert len(lines) == 3 and "failed" in lines[1]
     entries = report["entries"]
     assert [e["status"] for e in entries] == ["ok", "failed", "ok"]
@@ -78,6 +79,19 @@ def test_batch_in_process_reports_every_scan_and_resumes(archive, tmp_path: Path
     assert is_complete(plan_batch([root / "case1_ct.nii.gz"], out, mask=tmp_path / "masks")[0])
     (tmp_path / "masks" / "case0_ct_boxes.nii.gz").unlink()  # an output asked for is missing: not complete
     assert not is_complete(plan_batch([root / "case0_ct.nii.gz"], out, mask=tmp_path / "masks")[0])
+
+
+def test_a_stopped_batch_leaves_a_report_of_what_it_did(archive, tmp_path: Path):
+    root = archive[0]
+
+    def stop(_line):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        localize_many(batch_paths(root), tmp_path, model=root / "model.npz", progress=stop)
+    report = json.loads((tmp_path / REPORT_NAME).read_text())
+    assert report["finished"] is False and (report["ok"], report["pending"]) == (1, 2)
+    assert [e["status"] for e in report["entries"]] == ["ok", "pending", "pending"]
 
 
 def test_batch_on_a_dask_cluster_and_training_jobs_give_the_same_bytes(archive, tmp_path: Path):
