@@ -57,8 +57,10 @@ def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.
         left = child[inner]
         pos[left] = pos[inner] + 1
         pos[left + 1] = pos[inner] + 1 + size[left]
-    leaves = np.flatnonzero(child < 0)
-    return pos, leaves[np.argsort(pos[leaves])].astype(np.int32)
+    # pos is a permutation of 0..n-1: invert it (a scatter) rather than sort the leaves by it
+    in_preorder = np.empty(n, dtype=np.int64)
+    in_preorder[pos] = np.arange(n)
+    return pos, in_preorder[child[in_preorder] < 0].astype(np.int32)
 
 
 def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):
