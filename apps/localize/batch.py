@@ -116,14 +116,16 @@ def is_complete(item: BatchItem) -> bool:
     return all(p is None or p.is_file() for p in (item.overlay, item.mask))
 
 
-# A worker's models, loaded on its first scan: (model file, threads) -> OrganLocalizer.
+# A worker's models, loaded on its first scan: (model file, its size and time, threads) -> OrganLocalizer. The
+# file's size and time are in the key so that a long-lived worker does not answer from a model replaced since.
 _WORKER_MODELS: dict = {}
 
 
 def _worker_model(model_path: str | None, threads: int | None):
-    from imageforest.apps.localize.api import load_localizer
+    from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
 
-    key = (model_path, threads)
+    stat = os.stat(model_path or DEFAULT_MODEL)
+    key = (model_path, stat.st_size, stat.st_mtime_ns, threads)
     if key not in _WORKER_MODELS:
         t0 = time.perf_counter()
         model = load_localizer(model_path)
