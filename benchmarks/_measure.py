@@ -43,3 +43,10 @@ def measure(fn: Callable[[], Any], interval: float = 0.005) -> tuple[Any, float,
 
 def mib(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:7.1f}"
+
+
+def write_results(path, args, results: dict) -> None:
+    """A benchmark's results as JSON: its command-line arguments (as strings) and `results`."""
+    import json
+
+    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))

@@ -14,7 +14,6 @@ seconds are means over runs. The paper's figures are printed beside ours.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks._measure import write_results
 from imageforest import ClassificationForest
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "ml-benchmarks"
@@ -103,8 +103,7 @@ def main() -> None:
             paper_txt = f"{paper:7.2f}" if paper is not None else " " * 7
             print(f"{m:<26} {e.mean():7.2f} +- {e.std():4.2f} {paper_txt} {s:8.2f} {s / base:9.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                        indent=1))
+        write_results(args.json, args, results)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ forest per depth limit, since the alternating forest grown to depth d is the one
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._figures import pyplot, save_png
+from benchmarks._measure import write_results
 from benchmarks.variants.adf import splits
 from imageforest import ClassificationForest
 
@@ -54,8 +54,7 @@ def main() -> None:
     if args.png:
         figure(results, args.png, args.loss)
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                        indent=1))
+        write_results(args.json, args, results)
 
 
 def figure(results: dict, path: Path, loss: str) -> None:

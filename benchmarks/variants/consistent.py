@@ -15,7 +15,6 @@ size (Fig. 3) comes from the same forests, averaging their first t trees.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._figures import pyplot, save_png
-from benchmarks._measure import measure, mib
+from benchmarks._measure import measure, mib, write_results
 from imageforest import RegressionForest
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "ml-benchmarks"
@@ -128,8 +127,7 @@ def main() -> None:
     if args.png:
         figure(results, args.png)
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                        indent=1))
+        write_results(args.json, args, results)
 
 
 def figure(results: dict, path: Path) -> None:

@@ -13,7 +13,6 @@ whole stream.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._figures import pyplot, save_png
-from benchmarks._measure import measure, mib, rss_bytes
+from benchmarks._measure import measure, mib, rss_bytes, write_results
 from imageforest import ClassificationForest
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "ml-benchmarks"
@@ -86,8 +85,7 @@ def main() -> None:
     if args.png:
         figure(results, args.png)
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                        indent=1))
+        write_results(args.json, args, results)
 
 
 def figure(results: dict, path: Path) -> None:
