@@ -116,8 +116,8 @@ def is_complete(item: BatchItem) -> bool:
     return all(p is None or p.is_file() for p in (item.overlay, item.mask))
 
 
-# A worker's models, loaded on its first scan: (model file, its size and time, threads) -> OrganLocalizer. The
-# file's size and time are in the key so that a long-lived worker does not answer from a model replaced since.
+# A worker's model, loaded on its first scan: (model file, its size and time, threads) -> (OrganLocalizer, load
+# seconds). The file's size and time are in the key so that a long-lived worker never answers from a replaced model.
 _WORKER_MODELS: dict = {}
 
 
@@ -127,6 +127,7 @@ def _worker_model(model_path: str | None, threads: int | None):
     stat = os.stat(model_path or DEFAULT_MODEL)
     key = (model_path, stat.st_size, stat.st_mtime_ns, threads)
     if key not in _WORKER_MODELS:
+        _WORKER_MODELS.clear()  # a worker serves one model at a time: let a replaced one go
         t0 = time.perf_counter()
         model = load_localizer(model_path)
         model.n_jobs = threads
@@ -178,7 +179,7 @@ def localize_item(item: BatchItem, model_path: str | None = None, organs: list[s
 
 
 def _workers_other_than(client, address: str | None) -> list[str] | None:
-    workers = list(client.scheduler_info(n_workers=-1)["workers"]) if client is not None else []
+    workers = list(client.scheduler_info(n_workers=-1)["workers"])
     others = [w for w in workers if w != address]
     return others or None
 
@@ -221,8 +222,9 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
     items = plan_batch(scans, Path(out).absolute(), *(x if isinstance(x, bool) else Path(x).absolute()
                                                       for x in (overlay, mask)))
     model_path = None if model is None else str(Path(model).resolve())
-    # Checked here once, so that a bad model or organ name stops the batch before any task runs.
-    check_organs(load_localizer(model_path), organs)
+    # Checked here once, so that a bad model or organ name stops the batch before any task runs; in this process
+    # the model loaded for the check is the one the scans use.
+    check_organs(_worker_model(model_path, threads)[0] if client is None else load_localizer(model_path), organs)
     entries: list[dict | None] = [None] * len(items)
     todo = []
     for k, item in enumerate(items):

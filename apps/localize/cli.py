@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments  # no numerics imported
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
@@ -29,7 +30,6 @@ def _split_names(value: str | None) -> list[str] | None:
     return names or None
 
 
-SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
 MASK_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
 
 
@@ -61,8 +61,6 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
     finishes, and OUT/batch_report.json reports every scan."""
     t_start = time.perf_counter()
     try:
-        from imageforest.apps.localize.batch import expand_scan_arguments
-
         scans_list = expand_scan_arguments(scans)
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
