@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments  # no numerics imported
+from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
