@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from imageforest.forest.objectives import GINI, MIXED, accumulate
+from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, _class_impurity, accumulate
 from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
@@ -48,58 +48,59 @@ def _pairs_by_row(rows):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion, labels, targets, n_blocks, q, cum,
+def _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q, cum,
               ccount):  # pragma: no cover - numba
     """`_bin_pair` for a node's gathered responses vals[:n] whose points sit at positions a.. of the order.
 
-    Indexes the full arrays instead of slicing them (at deep levels nodes hold a handful of points, and slice views
-    per (node, candidate) cost as much as the scan), and picks one tight loop per case before scanning (about 15%
-    faster than branching on the criterion per point).
+    Indexes the full arrays instead of slicing them: at deep levels nodes hold a handful of points, and slice views
+    per (node, candidate) cost as much as the scan.
     """
     k = thr.shape[0]
     cum[:] = 0.0
     ccount[:] = 0
     w_node = 0.0
-    if per_position and criterion <= GINI:
-        for m in range(n):
-            v = vals[m]
-            b = 1
-            for j in range(k):  # branch-free bin count, as in `_bin_pair`
-                b += thr[j] < v
-            w = 1.0 if unit_weights else wts[a + m]
-            cum[b, np.uint64(labels[a + m])] += w
-            ccount[b] += 1
-            w_node += w
-    elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
-        for m in range(n):
-            v = vals[m]
-            b = 1
-            for j in range(k):
-                b += thr[j] < v
-            w = 1.0 if unit_weights else wts[a + m]
-            y = targets[a + m, 0]
-            wy = w * y
-            cum[b, 0] += w
-            cum[b, 1] += wy
-            cum[b, 2] += wy * y
-            ccount[b] += 1
-            w_node += w
-    else:
-        for m in range(n):
-            v = vals[m]
-            b = 1
-            for j in range(k):
-                b += thr[j] < v
-            i = a + m if per_position else order[a + m]
-            w = wts[a + m]  # unmoved under unit weights, but then every entry is 1
-            accumulate(cum[b], i, w, criterion, labels, targets, n_blocks, q)
-            ccount[b] += 1
-            w_node += w
-    for b in range(1, k + 2):
+    for m in range(n):
+        v = vals[m]
+        b = 1
+        for j in range(k):  # branch-free bin count, as in `_bin_pair`
+            b += thr[j] < v
+        i = a + m if per_position else order[a + m]
+        w = wts[a + m]  # unmoved under unit weights, but then every entry is 1
+        accumulate(cum[b], i, w, criterion, labels, targets, n_blocks, q)
+        ccount[b] += 1
+        w_node += w
+    _prefix_sums(cum, ccount)
+    return w_node
+
+
+@njit(cache=True, inline="always")
+def _prefix_sums(cum, ccount):  # pragma: no cover - numba
+    """Bins [1, K + 1] of a (K + 2, S) table become running sums (bins [i, j) then hold cum[j] - cum[i])."""
+    for b in range(1, cum.shape[0]):
         ccount[b] += ccount[b - 1]
         for j in range(cum.shape[1]):
             cum[b, j] += cum[b - 1, j]
-    return w_node
+
+
+@njit(cache=True, inline="always")
+def _gather_and_draw(row, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
+    """Copy a node's responses row[order[a:a + n]] into vals[:n] and draw its K thresholds, ascending, into thr:
+    lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi and float64 u."""
+    lo = np.float32(np.inf)
+    hi = np.float32(-np.inf)
+    for m in range(n):
+        v = row[np.uint64(order[a + m])]
+        vals[m] = v
+        lo = min(lo, v)
+        hi = max(hi, v)
+    span = np.float64(np.float32(hi - lo))
+    for j in range(u_sc.shape[0]):  # insertion sort: K is small, and a library sort call costs more than the scan
+        t = np.float32(np.float64(lo) + u_sc[j] * span)
+        i = j
+        while i > 0 and thr[i - 1] > t:
+            thr[i] = thr[i - 1]
+            i -= 1
+        thr[i] = t
 
 
 @njit(cache=True, inline="always")
@@ -153,6 +154,70 @@ def _score_two_class(vals, n, t, labels, a, gini, min_samples_leaf, out, s, c): 
     out[s, c, 0] = (parent - child) / np.float64(n)
 
 
+@njit(cache=True, inline="always")
+def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, left, right, out, s,
+                   c):  # pragma: no cover - numba
+    """`_score_configs` for class-count rows, operation for operation (same gains), without the other criteria's
+    code: a first fit compiles only what its task needs. total, left, right: scratch rows of the class count."""
+    k = cum.shape[0] - 2
+    n_classes = cum.shape[1]
+    n_total = ccount[k + 1]
+    for t in range(n_classes):
+        total[t] = cum[k + 1, t]
+    parent = _class_impurity(total, n_classes, gini)
+    for g in range(configs.shape[0]):
+        i = configs[g, 0]
+        j = configs[g, 1]
+        n_left = ccount[j] - ccount[i]
+        if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+            continue
+        for t in range(n_classes):
+            left[t] = cum[j, t] - cum[i, t]
+            right[t] = total[t] - left[t]
+        child = _class_impurity(left, n_classes, gini)
+        child += _class_impurity(right, n_classes, gini)
+        out[s, c, g] = (parent - child) / w_node
+
+
+@njit(cache=True, inline="always")
+def _one_target_impurity(w, s1, s2, squared, reg):  # pragma: no cover - numba
+    """`weighted_impurity` of one one-target block (weight w, sum s1, sum of squares s2), operation for operation:
+    squared error, or w times 0.5 log of the regularised variance (`_half_logdet_cov` of a 1 x 1 block)."""
+    if w <= 0.0:
+        return 0.0
+    if squared:
+        return 0.0 + (s2 - s1 * s1 / w)
+    m = s1 / w
+    v = (s2 / w - m * m) + reg
+    if v < reg:
+        v = reg
+    return 0.0 + w * (0.5 * math.log(v))
+
+
+@njit(cache=True, inline="always")
+def _score_one_target(cum, ccount, w_node, configs, squared, reg, min_samples_leaf, out, s,
+                      c):  # pragma: no cover - numba
+    """`_score_configs` for one-target regression rows (weight, sum, sum of squares), same gains."""
+    k = cum.shape[0] - 2
+    n_total = ccount[k + 1]
+    w0 = cum[k + 1, 0]
+    s10 = cum[k + 1, 1]
+    s20 = cum[k + 1, 2]
+    parent = _one_target_impurity(w0, s10, s20, squared, reg)
+    for g in range(configs.shape[0]):
+        i = configs[g, 0]
+        j = configs[g, 1]
+        n_left = ccount[j] - ccount[i]
+        if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
+            continue
+        wl = cum[j, 0] - cum[i, 0]
+        s1l = cum[j, 1] - cum[i, 1]
+        s2l = cum[j, 2] - cum[i, 2]
+        child = _one_target_impurity(wl, s1l, s2l, squared, reg)
+        child += _one_target_impurity(w0 - wl, s10 - s1l, s20 - s2l, squared, reg)
+        out[s, c, g] = (parent - child) / w_node
+
+
 def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
                    per_position, n_blocks, q, n_stats, reg, min_samples_leaf):
     """Gain of every (node, candidate, configuration) and the candidates' sorted thresholds.
@@ -178,34 +243,136 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
     out = np.full((n_nodes, rho, n_cfg), -np.inf)
     thresholds = np.empty((n_nodes, rho, k), dtype=np.float32)
     n_pairs = n_nodes * rho
-    # Extremely randomized trees on two classes without weights, the commonest case, take a scan with no bin
-    # tables: its arithmetic is `_bin_node` + `_score_configs`' for one threshold, term by term (same gains).
-    two_class_ert = bool(per_position and criterion <= GINI and unit_weights and k == 1 and n_stats == 2
-                         and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
     perm = _pairs_by_row(rows)
     n_work = min(n_pairs, N_WORK_BLOCKS)
-    run_ranges(_row_gain_blocks, n_work, n_work, n_pairs, perm, F, rows, u, order, wts, bool(unit_weights), f_start,
-               f_end, configs, criterion, labels, targets, bool(per_position), n_blocks, q, n_stats, reg,
-               min_samples_leaf, two_class_ert, out, thresholds)
+    common = (n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs)
+    # The two commonest tasks, classification and one-target regression, each take a kernel of their own: a first
+    # fit in a new environment compiles only its task's (the generic kernel holds every criterion's code).
+    if per_position and criterion <= GINI:
+        # Extremely randomized trees on two classes without weights take a scan with no bin tables: its
+        # arithmetic is the bin table's + `_score_configs`' for one threshold, term by term (same gains).
+        two_class_ert = bool(unit_weights and k == 1 and n_stats == 2 and n_cfg == 1 and configs[0, 0] == 0
+                             and configs[0, 1] == 1)
+        run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, n_stats,
+                   criterion == GINI, min_samples_leaf, two_class_ert, out, thresholds)
+    elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
+        run_ranges(_one_target_gain_blocks, n_work, *common, wts, bool(unit_weights), targets,
+                   criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, out, thresholds)
+    else:
+        run_ranges(_row_gain_blocks, n_work, *common, wts, criterion, labels, targets, bool(per_position), n_blocks,
+                   q, n_stats, reg, min_samples_leaf, out, thresholds)
     return out, thresholds
 
 
+@njit(cache=True, inline="always")
+def _scratch_size(perm, rho, f_start, f_end, p0, p1):  # pragma: no cover - numba
+    """The largest node among pairs perm[p0:p1] (at least 1): the size of a work block's gather buffer."""
+    size = 1
+    for pp in range(p0, p1):
+        s = perm[pp] // rho
+        size = max(size, f_end[s] - f_start[s])
+    return size
+
+
 @njit(cache=True, nogil=True)
-def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, wts, unit_weights, f_start, f_end, configs,
-                     criterion, labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf,
-                     two_class_ert, out, thresholds):  # pragma: no cover - numba
-    """`row_gain_table`'s work blocks blk0..blk1 of n_work (pairs in row order, `perm`), into out / thresholds."""
+def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts,
+                       unit_weights, labels, n_classes, gini, min_samples_leaf, two_class_ert, out,
+                       thresholds):  # pragma: no cover - numba
+    """`row_gain_table`'s work blocks blk0..blk1 of n_work for class labels per position."""
     rho = u.shape[1]
     k = u.shape[2]
-    gini = criterion == GINI
     for blk in range(blk0, blk1):
         p0 = blk * n_pairs // n_work
         p1 = (blk + 1) * n_pairs // n_work
-        size = 1
+        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
+        cum = np.empty((k + 2, n_classes))
+        ccount = np.empty(k + 2, dtype=np.int64)
+        total = np.empty(n_classes)
+        left = np.empty(n_classes)
+        right = np.empty(n_classes)
+        thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
             s = perm[pp] // rho
-            size = max(size, f_end[s] - f_start[s])
-        vals = np.empty(size, dtype=np.float32)
+            c = perm[pp] % rho
+            a = f_start[s]
+            n = f_end[s] - a
+            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
+            for j in range(k):
+                thresholds[s, c, j] = thr[j]
+            if two_class_ert:
+                _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
+                continue
+            cum[:] = 0.0
+            ccount[:] = 0
+            w_node = 0.0
+            for m in range(n):
+                v = vals[m]
+                b = 1
+                for j in range(k):  # branch-free bin count, as in `_bin_pair`
+                    b += thr[j] < v
+                w = 1.0 if unit_weights else wts[a + m]
+                cum[b, np.uint64(labels[a + m])] += w
+                ccount[b] += 1
+                w_node += w
+            _prefix_sums(cum, ccount)
+            if w_node > 0.0:
+                _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, left, right, out, s, c)
+
+
+@njit(cache=True, nogil=True)
+def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts,
+                            unit_weights, targets, squared, reg, min_samples_leaf, out,
+                            thresholds):  # pragma: no cover - numba
+    """`row_gain_table`'s work blocks blk0..blk1 of n_work for one regression target per position."""
+    rho = u.shape[1]
+    k = u.shape[2]
+    for blk in range(blk0, blk1):
+        p0 = blk * n_pairs // n_work
+        p1 = (blk + 1) * n_pairs // n_work
+        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
+        cum = np.empty((k + 2, 3))
+        ccount = np.empty(k + 2, dtype=np.int64)
+        thr = np.empty(k, dtype=np.float32)
+        for pp in range(p0, p1):
+            s = perm[pp] // rho
+            c = perm[pp] % rho
+            a = f_start[s]
+            n = f_end[s] - a
+            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
+            for j in range(k):
+                thresholds[s, c, j] = thr[j]
+            cum[:] = 0.0
+            ccount[:] = 0
+            w_node = 0.0
+            for m in range(n):
+                v = vals[m]
+                b = 1
+                for j in range(k):
+                    b += thr[j] < v
+                w = 1.0 if unit_weights else wts[a + m]
+                y = targets[a + m, 0]
+                wy = w * y
+                cum[b, 0] += w
+                cum[b, 1] += wy
+                cum[b, 2] += wy * y
+                ccount[b] += 1
+                w_node += w
+            _prefix_sums(cum, ccount)
+            if w_node > 0.0:
+                _score_one_target(cum, ccount, w_node, configs, squared, reg, min_samples_leaf, out, s, c)
+
+
+@njit(cache=True, nogil=True)
+def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts, criterion,
+                     labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf, out,
+                     thresholds):  # pragma: no cover - numba
+    """`row_gain_table`'s work blocks blk0..blk1 of n_work for any criterion (the generic statistics rows)."""
+    rho = u.shape[1]
+    k = u.shape[2]
+    for blk in range(blk0, blk1):
+        p0 = blk * n_pairs // n_work
+        p1 = (blk + 1) * n_pairs // n_work
+        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
         cum = np.empty((k + 2, n_stats))
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
@@ -214,39 +381,18 @@ def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, wts, 
         right = np.empty(n_stats)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            pair = perm[pp]
-            s = pair // rho
-            c = pair % rho
+            s = perm[pp] // rho
+            c = perm[pp] % rho
             a = f_start[s]
             n = f_end[s] - a
-            row = F[rows[s, c]]
-            lo = np.float32(np.inf)
-            hi = np.float32(-np.inf)
-            for m in range(n):
-                v = row[np.uint64(order[a + m])]
-                vals[m] = v
-                lo = min(lo, v)
-                hi = max(hi, v)
-            # As numpy evaluates lo + u * (hi - lo) on float32 lo, hi and float64 u, then casts to float32.
-            span = np.float64(np.float32(hi - lo))
-            for j in range(k):  # insertion sort: K is small, and a library sort call costs more than the scan
-                t = np.float32(np.float64(lo) + u[s, c, j] * span)
-                i = j
-                while i > 0 and thr[i - 1] > t:
-                    thr[i] = thr[i - 1]
-                    i -= 1
-                thr[i] = t
+            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
             for j in range(k):
                 thresholds[s, c, j] = thr[j]
-            if two_class_ert:
-                _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
-                continue
-            w_node = _bin_node(vals, n, thr, a, order, per_position, wts, unit_weights, criterion, labels, targets,
-                               n_blocks, q, cum, ccount)
-            if w_node <= 0.0:
-                continue
-            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
-                           total, left, right, out, s, c)
+            w_node = _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q,
+                               cum, ccount)
+            if w_node > 0.0:
+                _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
+                               total, left, right, out, s, c)
 
 
 def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,

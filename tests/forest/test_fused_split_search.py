@@ -22,6 +22,7 @@ CASES = [
     (ClassificationForest, Y_CLASS, dict(n_thresholds=3, n_candidates=2, two_sided=True)),
     (RegressionForest, Y_REG[:, 0], dict(n_thresholds=1, n_candidates=1.0, criterion="squared_error",
                                          leaf_model="constant")),
+    (RegressionForest, Y_REG[:, 1], dict(n_thresholds=6, n_candidates=4, min_samples_leaf=3)),  # Gaussian
     (RegressionForest, Y_REG, dict(n_thresholds=5, n_candidates=4)),
 ]
 
