@@ -27,6 +27,7 @@ the x/y walls with the extremes of per-slice cross-sections voted over the casca
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -641,23 +642,27 @@ class OrganLocalizer(PlainTrees):
         return wall, 1.4826 * mad
 
     # -- model files --------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model, every stage's forest by name, to `path` (atomic; `imageforest.apps.localize.files`)."""
+        from imageforest.apps.localize.files import write_localizer
+
+        write_localizer(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> OrganLocalizer:
+        """Read a model `save` wrote (or one in the older single-record layout); ModelFormatError if damaged."""
+        from imageforest.apps.localize.files import read_localizer
+
+        return read_localizer(path)
+
     def _leaf_arrays(self) -> dict[str, np.ndarray]:
-        arrays = {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
-                  "leaf.var": self.leaf_var_, "leaf.corr": self.leaf_corr_, "edge.offsets": self.edge_offsets_}
-        for o, cascade in enumerate(getattr(self, "refiners_", None) or []):
-            for s, refiner in enumerate(cascade or []):
-                arrays.update(refiner.to_arrays(_fine_prefix(o, s)))
-        for o, slicer in enumerate(getattr(self, "slicers_", None) or []):
-            if slicer is not None:
-                arrays.update(slicer.to_arrays(_slice_prefix(o)))
-        return arrays
+        """The first stage's leaves (its record in the model file; the later stages are forests of their own)."""
+        return {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
+                "leaf.var": self.leaf_var_, "leaf.corr": self.leaf_corr_, "edge.offsets": self.edge_offsets_}
 
     def _extra_metadata(self) -> dict:
-        refiners = getattr(self, "refiners_", None) or []
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
-                "training_summary": getattr(self, "training_summary_", {}),
-                "refiners": [None if c is None else [r.to_meta() for r in c] for c in refiners],
-                "slicers": [None if r is None else r.to_meta() for r in getattr(self, "slicers_", None) or []]}
+                "training_summary": getattr(self, "training_summary_", {})}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         # The localizer gives its forests one raw channel (the working grid's HU): a file that declares more
@@ -703,30 +708,9 @@ class OrganLocalizer(PlainTrees):
             self.leaf_var_, self.leaf_corr_ = arrays["leaf.var"], arrays["leaf.corr"]
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
-        # Files written before the second stage existed have no refiners: they load with the first stage only;
-        # files written before the cascade hold one stage per organ (a dict instead of a list).
-        refiners = meta.get("refiners") or []
-        if len(refiners) not in (0, n_org):
-            raise ModelFormatError(f"the file lists {len(refiners)} second-stage forests for {n_org} organs")
-        if not all(h is None or isinstance(h, (dict, list)) for h in refiners):
-            raise ModelFormatError("the file's fine-stage entries are neither forests nor lists of them")
-        cascades = [None if h is None else [h] if isinstance(h, dict) else list(h) for h in refiners]
-        n_stages = {len(c) for c in cascades if c is not None}
-        try:
-            n_settings = len(self._fine_stages())
-        except InvalidInputError as exc:
-            raise ModelFormatError(f"fine-stage settings: {exc}") from None
-        if len(n_stages) > 1 or 0 in n_stages or (n_stages and n_stages != {n_settings}):
-            raise ModelFormatError("the file's fine-stage forests do not match its fine-stage settings")
-        self.refiners_ = [None if c is None else [WallRefiner.from_arrays(h, arrays, _fine_prefix(o, s))
-                                                  for s, h in enumerate(c)]
-                          for o, c in enumerate(cascades)] or [None] * n_org
-        # Files written before the slice stage existed have none: their organs keep the cascade's x/y walls.
-        slicers = meta.get("slicers") or []
-        if len(slicers) not in (0, n_org) or not all(h is None or isinstance(h, dict) for h in slicers):
-            raise ModelFormatError("the file's slice-stage entries do not give one forest or null per organ")
-        self.slicers_ = [None if h is None else SliceWallRefiner.from_arrays(h, arrays, _slice_prefix(o))
-                         for o, h in enumerate(slicers)] or [None] * n_org
+        # the later stages are forests of their own in the file: `read_localizer` attaches them
+        self.refiners_ = [None] * n_org
+        self.slicers_ = [None] * n_org
         self._derive()
 
     def _check_loaded_parameters(self) -> None:
@@ -771,12 +755,6 @@ def _fit_refiner(refiner: WallRefiner, regions: list[Image], pts: np.ndarray, y:
     return refiner.fit(regions, pts, y)
 
 
-def _fine_prefix(organ: int, stage: int) -> str:
-    """Array-name prefix of an organ's fine-stage forest in model files (the first stage keeps the name it had
-    before the cascade, so older files load)."""
-    return f"refine.{organ}." if stage == 0 else f"refine.{organ}.stage{stage + 1}."
-
-
 def _add_region(bucket: tuple[list, list, list], region: Image, zyx: np.ndarray, y: np.ndarray) -> None:
     """Append one training region to a fine forest's (regions, points, targets) lists: its points (n, 3) z, y, x
     become (n, 4) rows led by the region's index, as `WallRefiner.fit` takes them."""
@@ -784,11 +762,6 @@ def _add_region(bucket: tuple[list, list, list], region: Image, zyx: np.ndarray,
     points.append(np.c_[np.full(len(zyx), len(regions)), zyx])
     targets.append(y)
     regions.append(region)
-
-
-def _slice_prefix(organ: int) -> str:
-    """Array-name prefix of an organ's slice-stage forest in model files."""
-    return f"slice.{organ}."
 
 
 def inside(box: np.ndarray, extent: np.ndarray) -> np.ndarray:

@@ -19,10 +19,9 @@ import SimpleITK as sitk
 
 from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, Anything, Real, Rule, check_params
+from imageforest.estimators.params import GROWTH, Anything, Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
-from imageforest.forest.storage import ForestArrays
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import Votes, ranked_medians, ranked_order
@@ -209,39 +208,27 @@ class WallRefiner(PlainTrees):
                                         region_positions(region, zyx), WALL_AXIS, (keep,))
         return boxes[0], spreads[0]
 
-    # -- storage inside the localizer's model file -----------------------------------------------------------
-    def to_arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        return {**self.forest_.to_arrays(prefix + "forest."), prefix + "leaf.count": self.leaf_count_,
-                prefix + "leaf.mean": self.leaf_mean_, prefix + "leaf.var": self.leaf_var_}
-
-    def to_meta(self) -> dict:
-        return self._saved_hyper_parameters()
+    # -- model files (a forest of the localizer's file: `imageforest.apps.localize.files`) -----------------
+    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+        return {"leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_, "leaf.var": self.leaf_var_}
 
     @classmethod
-    def from_arrays(cls, hyper: dict, arrays: dict[str, np.ndarray], prefix: str) -> WallRefiner:
-        """Rebuild from `to_meta` / `to_arrays`; a missing or inconsistent array raises ModelFormatError."""
-        hyper = {k: v for k, v in hyper.items() if k in cls._param_names()}
-        hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (2.0, 20.0)))
-        est = cls(**hyper)
-        check_params(est)
-        forest = ForestArrays.from_arrays(arrays, prefix + "forest.")
-        family = est._features()
-        if not family.validate_params(forest.params):
-            raise ModelFormatError(f"{prefix}: a node reads a feature the model does not have")
-        n_leaves = forest.n_leaves
-        q = cls.n_walls
+    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> WallRefiner:
+        return cls(**{**hyper, "box_size_mm": tuple(hyper.get("box_size_mm", (2.0, 20.0)))})
+
+    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        if self.family_.to_spec()[0] != self._features().to_spec()[0]:
+            raise ModelFormatError("the feature family is not the one the forest's settings describe")
+        n_leaves = self.forest_.n_leaves
+        q = self.n_walls
         for key, shape in (("leaf.count", (n_leaves,)), ("leaf.mean", (n_leaves, q)), ("leaf.var", (n_leaves, q))):
-            a = arrays.get(prefix + key)
+            a = arrays.get(key)
             if a is None or a.shape != shape or a.dtype.kind != "f" or not np.all(np.isfinite(a)):
-                raise ModelFormatError(f"array {prefix}{key} is missing, has the wrong shape or is not finite")
-        est.forest_, est.family_, est.n_features_in_ = forest, family, family.n_features
-        est.leaf_count_ = arrays[prefix + "leaf.count"]
-        est.leaf_mean_ = arrays[prefix + "leaf.mean"]
-        est.leaf_var_ = arrays[prefix + "leaf.var"]
-        est._derive()
-        with numba_threads(est.n_jobs):
-            family.prepare_apply(forest)
-        return est
+                raise ModelFormatError(f"array {key} is missing, has the wrong shape or is not finite")
+        self.leaf_count_ = arrays["leaf.count"]
+        self.leaf_mean_ = arrays["leaf.mean"]
+        self.leaf_var_ = arrays["leaf.var"]
+        self._derive()
 
 
 def training_region(source: FineSource, truth_box: np.ndarray, jitter_mm: float, margin_mm: float,

@@ -301,6 +301,11 @@ class BaseForest:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted model to `path` (.npz with JSON metadata; atomic)."""
+        save_model(path, *self.to_record())
+
+    def to_record(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The fitted model as (metadata, arrays): what `save` writes, and one forest of a file of several
+        (`imageforest.estimators.files.save_forests`)."""
         self._check_fitted()
         spec, fam_arrays = self.family_.to_spec()
         params = self._saved_hyper_parameters()
@@ -313,8 +318,7 @@ class BaseForest:
             "n_features_in": int(self.n_features_in_),
             **self._extra_metadata(),
         }
-        arrays = {**self.forest_.to_arrays(), **fam_arrays, **self._leaf_arrays()}
-        save_model(path, meta, arrays)
+        return meta, {**self.forest_.to_arrays(), **fam_arrays, **self._leaf_arrays()}
 
     @classmethod
     def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> BaseForest:
@@ -336,8 +340,14 @@ class BaseForest:
     def load(cls, path: str | os.PathLike) -> BaseForest:
         """Read a model written by `save`; a damaged, foreign or other-task file raises ModelFormatError."""
         meta, arrays = load_model(path)
+        return cls.from_record(meta, arrays, str(path))
+
+    @classmethod
+    def from_record(cls, meta: dict, arrays: dict[str, np.ndarray], source: str = "model") -> BaseForest:
+        """The model `to_record` gave (metadata, arrays), validated; `source` names it in error messages (a file,
+        or a forest of a file of several). Anything inconsistent raises ModelFormatError."""
         if meta.get("task") != cls._task or meta.get("estimator") != cls.__name__:
-            raise ModelFormatError(f"{path}: holds a {meta.get('estimator', 'unknown')} model "
+            raise ModelFormatError(f"{source}: holds a {meta.get('estimator', 'unknown')} model "
                                    f"({meta.get('task')}), not a {cls.__name__}")
         try:
             hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls._param_names()}
@@ -345,7 +355,7 @@ class BaseForest:
             forest = ForestArrays.from_arrays(arrays)
             family = family_from_spec(meta["family"], arrays)
             if not family.validate_params(forest.params):
-                raise ModelFormatError(f"{path}: a node reads a feature the model does not have")
+                raise ModelFormatError(f"{source}: a node reads a feature the model does not have")
             est.forest_ = forest
             est.family_ = family
             est.n_features_in_ = int(meta["n_features_in"])
@@ -353,10 +363,11 @@ class BaseForest:
             est._restore_leaves(meta, arrays)
             with numba_threads(est.n_jobs):
                 family.prepare_apply(forest)
-        except ModelFormatError:
-            raise
+        except ModelFormatError as exc:
+            message = str(exc)
+            raise ModelFormatError(message if message.startswith(source) else f"{source}: {message}") from None
         except (KeyError, TypeError, ValueError, InvalidInputError) as exc:
-            raise ModelFormatError(f"{path}: inconsistent model file ({exc})") from None
+            raise ModelFormatError(f"{source}: inconsistent model file ({exc})") from None
         return est
 
 

@@ -159,12 +159,12 @@ def test_model_without_edge_offsets_loads_with_the_prior_off(small_model, tmp_pa
 
     small_model.save(tmp_path / "m.npz")
     meta, arrays = load_model(tmp_path / "m.npz")
-    assert arrays["edge.offsets"].shape == (6, 7, 6)  # one row per training scan
-    del arrays["edge.offsets"]
+    assert arrays["first/edge.offsets"].shape == (6, 7, 6)  # one row per training scan
+    del arrays["first/edge.offsets"]
     save_model(tmp_path / "old.npz", meta, arrays)
     old = OrganLocalizer.load(tmp_path / "old.npz")
     assert old.edge_offsets_.shape == (0, 7, 6) and not old._edge_prior.any()
-    arrays["edge.offsets"] = np.zeros((3, 5, 6), dtype=np.float32)
+    arrays["first/edge.offsets"] = np.zeros((3, 5, 6), dtype=np.float32)
     save_model(tmp_path / "bad.npz", meta, arrays)
     with pytest.raises(ModelFormatError):
         OrganLocalizer.load(tmp_path / "bad.npz")
@@ -217,13 +217,23 @@ def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
     assert np.mean(after) < 4.0 and np.mean(after) < 0.5 * np.mean(before), (before, after)
 
 
-def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms, tmp_path: Path):
+def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms, tmp_path: Path, legacy_layout):
     from imageforest.forest.serialization import load_model, save_model
 
     ct, _ = phantoms[6]
     small_model.save(tmp_path / "m.npz")
     meta, arrays = load_model(tmp_path / "m.npz")
+    n_stages = len(small_model._fine_stages())
+    fine = [f"fine/{o}/{s}" for o in range(7) for s in range(n_stages)]
+    assert sorted(k for k in meta["forests"] if not k.startswith("slice/")) == sorted(["first", *fine])
+    assert "fine/0/0/leaf.mean" in arrays and not any(k.startswith("refine.") for k in arrays)
+    # Files of the older single-record layout (later stages under array-name prefixes) load the same model.
+    meta, arrays = legacy_layout(small_model)
     assert len(meta["refiners"]) == 7 and "refine.0.leaf.mean" in arrays
+    save_model(tmp_path / "legacy.npz", meta, arrays)
+    legacy = OrganLocalizer.load(tmp_path / "legacy.npz")
+    for a, b in zip(legacy.localize(ct).organs, small_model.localize(ct).organs, strict=True):
+        np.testing.assert_array_equal(a.box_mm, b.box_mm)
     # A file without the second stage (written before it existed, or trained with refine_spacing_mm=0) loads
     # and answers from the first stage alone.
     first_only = {k: v for k, v in arrays.items() if not k.startswith("refine.")}
@@ -237,7 +247,7 @@ def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms
     # Damaged second-stage arrays are refused.
     arrays["refine.2.leaf.var"] = arrays["refine.2.leaf.var"][:-1]
     save_model(tmp_path / "bad.npz", meta, arrays)
-    with pytest.raises(ModelFormatError, match=r"refine\.2\.leaf\.var"):
+    with pytest.raises(ModelFormatError, match=r"forest fine/2/0: array leaf\.var"):
         OrganLocalizer.load(tmp_path / "bad.npz")
     save_model(tmp_path / "bad2.npz", {**meta, "refiners": meta["refiners"][:3]}, first_only)
     with pytest.raises(ModelFormatError, match="3 second-stage forests for 7 organs"):
@@ -246,7 +256,7 @@ def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms
         OrganLocalizer(list(ORGANS), **{**SMALL, "refine_spacing_mm": 0.1}).fit([ct], [np.zeros((7, 6))])
 
 
-def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, tmp_path: Path):
+def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, tmp_path: Path, legacy_layout):
     """Two fine stages (the second trained on smaller jitters, closer) round-trip through the model file; a
     file written before the cascade (one forest per organ, listed as a dict) loads as a one-stage cascade."""
     from imageforest.forest.serialization import load_model, save_model
@@ -280,7 +290,7 @@ def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, 
         if a.present:
             assert np.all(np.abs(a.voted_box_mm - b.voted_box_mm)[free] <= 0.3 + 1e-9)
     # Pre-cascade layout: one hyper-parameter dict per organ and scalar settings.
-    meta, arrays = load_model(tmp_path / "m.npz")
+    meta, arrays = legacy_layout(model)
     old_meta = {**meta, "refiners": [c[0] for c in meta["refiners"]],
                 "hyper_parameters": {**meta["hyper_parameters"], "refine_trees": 2, "refine_jitter_mm": 6.0,
                                      "refine_margin_mm": 10.0, "refine_reach_mm": 30.0}}
@@ -293,6 +303,12 @@ def test_fine_cascade_is_saved_and_files_of_one_fine_stage_still_load(phantoms, 
     save_model(tmp_path / "bad.npz", {**meta, "refiners": old_meta["refiners"]}, arrays)
     with pytest.raises(ModelFormatError, match="fine-stage"):
         OrganLocalizer.load(tmp_path / "bad.npz")
+    meta, arrays = load_model(tmp_path / "m.npz")
+    short = {k: v for k, v in arrays.items() if not k.startswith("fine/3/1/")}
+    forests = {k: v for k, v in meta["forests"].items() if k != "fine/3/1"}
+    save_model(tmp_path / "short.npz", {**meta, "forests": forests}, short)
+    with pytest.raises(ModelFormatError, match="organ 3's fine-stage forests do not match its 2 fine-stage"):
+        OrganLocalizer.load(tmp_path / "short.npz")
     with pytest.raises(InvalidInputError, match="one value per fine stage"):
         OrganLocalizer(list(ORGANS), **{**cascade, "refine_reach_mm": (30.0, 20.0, 10.0)}).fit(scans, truths)
 
@@ -324,7 +340,7 @@ def test_second_stage_off_writes_no_refiners(phantoms, tmp_path: Path):
     OrganLocalizer(list(ORGANS), **{**SMALL, "n_trees": 2, "max_depth": 6, "refine_spacing_mm": 0}).fit(
         scans, truths).save(tmp_path / "m.npz")
     meta, arrays = load_model(tmp_path / "m.npz")
-    assert meta["refiners"] == [None] * 7 and not any(k.startswith("refine.") for k in arrays)
+    assert list(meta["forests"]) == ["first"] and all(k.startswith("first/") for k in arrays)
 
 
 def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
@@ -347,12 +363,13 @@ def test_voxel_box_moves_walls_to_the_nearest_voxel_faces():
     assert np.all(np.isnan(voxel_box(img, np.full(6, np.nan))))
 
 
-def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_model, tmp_path: Path):
+def test_leaf_covariances_are_stored_as_variances_and_int8_correlations(small_model, tmp_path: Path, legacy_layout):
     from imageforest.apps.localize.model import TRIU, pack_covariance, unpack_covariance
     from imageforest.forest.serialization import load_model, save_model
 
     small_model.save(tmp_path / "m.npz")
-    meta, arrays = load_model(tmp_path / "m.npz")
+    assert load_model(tmp_path / "m.npz")[1]["first/leaf.corr"].dtype == np.int8
+    meta, arrays = legacy_layout(small_model)
     assert "leaf.cov" not in arrays and arrays["leaf.corr"].dtype == np.int8
     loaded = OrganLocalizer.load(tmp_path / "m.npz")
     np.testing.assert_array_equal(loaded.leaf_cov_, small_model.leaf_cov_)
@@ -409,12 +426,12 @@ def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp
         return tmp_path / name
 
     crafted = json.loads(json.dumps(meta))
-    crafted["family"]["n_channels"] = 8
-    params = arrays["forest.params"].copy()
-    split = np.flatnonzero(arrays["forest.child"] >= 0)[0]
+    crafted["forests"]["first"]["family"]["n_channels"] = 8
+    params = arrays["first/forest.params"].copy()
+    split = np.flatnonzero(arrays["first/forest.child"] >= 0)[0]
     params[split, 0] = 3.0
     with pytest.raises(ModelFormatError, match="feature family"):  # refused at load: not what it was trained on
-        OrganLocalizer.load(write("channels.npz", crafted, {**arrays, "forest.params": params}))
+        OrganLocalizer.load(write("channels.npz", crafted, {**arrays, "first/forest.params": params}))
     # and should such a forest reach the box-feature kernel, it is stopped there: a 1-channel stack is all it gets
     from imageforest.imaging.features import ImageStack
 
@@ -426,14 +443,14 @@ def test_a_crafted_model_cannot_read_outside_the_scan(small_model, phantoms, tmp
     with pytest.raises(ModelFormatError, match="reads image channel 3"):
         small_model.family_.apply((stack, np.zeros((4, 4), np.int32)), forest)
 
-    share = arrays["leaf.share"].copy()
+    share = arrays["first/leaf.share"].copy()
     share[0, 0] = -5.0  # would report a probability of -4.97
     with pytest.raises(ModelFormatError, match="leaf shares"):
-        OrganLocalizer.load(write("share.npz", meta, {**arrays, "leaf.share": share}))
+        OrganLocalizer.load(write("share.npz", meta, {**arrays, "first/leaf.share": share}))
 
     for name, value in (("spacing_mm", -4.0), ("spacing_mm", "4"), ("vote_fraction", 5.0), ("n_trees", 2.5)):
         bad = json.loads(json.dumps(meta))
-        bad["hyper_parameters"][name] = value
+        bad["forests"]["first"]["hyper_parameters"][name] = value
         with pytest.raises(ModelFormatError, match=name):
             OrganLocalizer.load(write("bad.npz", bad, arrays))
 

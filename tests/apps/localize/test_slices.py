@@ -91,7 +91,7 @@ def test_slice_stage_finds_the_cords_bent_walls(model, phantoms):
     assert np.abs(cord.box_mm[:4] - truth[TUBES[0], :4]).mean() < 6.0
 
 
-def test_slice_stage_round_trips_and_older_files_load(model, phantoms, tmp_path: Path):
+def test_slice_stage_round_trips_and_older_files_load(model, phantoms, tmp_path: Path, legacy_layout):
     from imageforest.forest.serialization import load_model, save_model
 
     ct = phantoms[3][0]
@@ -100,6 +100,12 @@ def test_slice_stage_round_trips_and_older_files_load(model, phantoms, tmp_path:
     for a, b in zip(model.localize(ct).organs, again.localize(ct).organs, strict=True):
         np.testing.assert_array_equal(a.box_mm, b.box_mm)
     meta, arrays = load_model(tmp_path / "m.npz")
+    assert sorted(k for k in meta["forests"] if k.startswith("slice/")) == sorted(f"slice/{o}" for o in TUBES)
+    bad = {k: (v[:, :3] if k == f"slice/{TUBES[0]}/leaf.mean" else v) for k, v in arrays.items()}
+    save_model(tmp_path / "bad.npz", meta, bad)
+    with pytest.raises(ModelFormatError, match=f"forest slice/{TUBES[0]}: array leaf.mean"):
+        OrganLocalizer.load(tmp_path / "bad.npz")
+    meta, arrays = legacy_layout(model)
     assert [h is not None for h in meta["slicers"]] == [o in TUBES for o in range(7)]
     # A file written before the slice stage existed loads without it and answers with the cascade's walls.
     old_arrays = {k: v for k, v in arrays.items() if not k.startswith("slice.")}
@@ -116,7 +122,7 @@ def test_slice_stage_round_trips_and_older_files_load(model, phantoms, tmp_path:
     key = f"slice.{TUBES[0]}.leaf.mean"
     bad[key] = bad[key][:, :3]
     save_model(tmp_path / "bad.npz", meta, bad)
-    with pytest.raises(ModelFormatError, match=key.replace(".", r"\.")):
+    with pytest.raises(ModelFormatError, match=f"forest slice/{TUBES[0]}: array leaf.mean"):
         OrganLocalizer.load(tmp_path / "bad.npz")
     save_model(tmp_path / "bad2.npz", {**meta, "slicers": meta["slicers"][:2]}, arrays)
     with pytest.raises(ModelFormatError, match="slice-stage"):
