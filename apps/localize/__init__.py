@@ -16,8 +16,8 @@ _LAZY = {
     "load_localizer": "imageforest.apps.localize.api",
     "localize_file": "imageforest.apps.localize.api",
     "localize_many": "imageforest.apps.localize.batch",
-    "Localization": "imageforest.apps.localize.model",
-    "OrganEstimate": "imageforest.apps.localize.model",
+    "Localization": "imageforest.apps.localize.results",
+    "OrganEstimate": "imageforest.apps.localize.results",
     "OrganLocalizer": "imageforest.apps.localize.model",
     "train_from_folder": "imageforest.apps.localize.training",
 }

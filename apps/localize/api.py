@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from imageforest.apps.localize.model import Localization, OrganLocalizer
+from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.report import localization_json
+from imageforest.apps.localize.results import Localization
 from imageforest.apps.localize.scans import read_scan, scan_warnings
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import model_file

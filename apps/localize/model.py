@@ -23,27 +23,34 @@ around its box, with a small forest of its own per organ; a third stage of the s
 errors, does it again from the second's box with a closer look (a cascade of fine stages); the body-edge prior and
 the scan's faces apply again. For elongated organs (the spinal cord) a last stage (`slices.py`) replaces
 the x/y walls with the extremes of per-slice cross-sections voted over the cascade's z range.
+
+This module holds the settings and the training; `OrganLocalizer.localize` runs the stages in order, each module
+taking the previous one's result: `grid.py` (the working grid), `coarse.py` (the first stage's vote), `refine.py`
+(fine stages), `slices.py` (slice stage), `snapping.py` (walls on voxel faces). `files.py` reads and writes the
+model file.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-import numba
 import numpy as np
 
+from imageforest.apps.localize.coarse import coarse_vote, first_stage_leaves
+from imageforest.apps.localize.grid import extent, working_grid
 from imageforest.apps.localize.refine import (
     COV_MAX,
     MIN_LEAF_VOTERS,
     FineSource,
     PlainTrees,
     WallRefiner,
+    fine_region,
+    refine_walls,
     training_region,
 )
+from imageforest.apps.localize.results import Localization, OrganEstimate
 from imageforest.apps.localize.scans import (
     AIR_HU,
     WALL_AXIS,
@@ -51,58 +58,26 @@ from imageforest.apps.localize.scans import (
     body_edges,
     body_mask,
     crop_z,
-    voxel_box,
     voxel_positions,
     working_image,
 )
-from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region
-from imageforest.estimators.base import numba_threads
+from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region, slice_walls
+from imageforest.apps.localize.snapping import snap_to_voxel_faces
 from imageforest.estimators.params import GROWTH, Anything, Boolean, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
-from imageforest.voting import Votes, ranked_medians, ranked_order
+from imageforest.voting import ranked_order
 
 TRIU = np.triu_indices(6)
 # Where the packed upper triangle keeps the six variances, and the wall pairs of the 15 covariances beside them
 TRIU_DIAGONAL = TRIU[0] == TRIU[1]
 TRIU_PAIRS = (TRIU[0][~TRIU_DIAGONAL], TRIU[1][~TRIU_DIAGONAL])
-SPREAD_SCALE_MM = 5.0  # width of the logistic step of the vote-agreement factor around max_spread_mm
-PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
-MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 # Settings of the fine stages that may differ from stage to stage (a scalar applies to every stage).
 FINE_STAGE_SETTINGS = ("refine_trees", "refine_min_samples_leaf", "refine_margin_mm", "refine_reach_mm",
                        "refine_jitter_mm", "refine_points")
-
-
-@dataclass
-class OrganEstimate:
-    """One organ in one scan: presence probability, box and per-wall spread (mm, LPS)."""
-
-    name: str
-    present: bool
-    probability: float
-    box_mm: np.ndarray  # (6,) x_lo, x_hi, y_lo, y_hi, z_lo, z_hi; NaN when no confident vote exists
-    box_std_mm: np.ndarray  # (6,)
-    n_votes: int
-    # (6,) the walls as voted, before `localize` moves them to the outer faces of the scan's voxels (`box_mm`);
-    # every estimate `localize` returns has it
-    voted_box_mm: np.ndarray | None = None
-
-
-@dataclass
-class Localization:
-    """The localizer's answer for one scan."""
-
-    organs: list[OrganEstimate]
-    work: Image  # the working-grid scan the votes came from
-    timing_s: dict[str, float] = field(default_factory=dict)
-
-    def boxes(self) -> np.ndarray:
-        """(n_organs, 6) boxes in mm, NaN rows for organs judged absent."""
-        return np.array([o.box_mm if o.present else np.full(6, np.nan) for o in self.organs])
 
 
 class OrganLocalizer(PlainTrees):
@@ -502,144 +477,31 @@ class OrganLocalizer(PlainTrees):
         share = at_edge.sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
         self._edge_prior = share >= float(self.edge_prior_share)  # (n_organs, 6)
 
-    # -- voting -------------------------------------------------------------------------------------------
+    # -- localizing: the stages, each taking the previous one's result ----------------------------------------
     def localize(self, scan: Image) -> Localization:
-        """Presence and box of every organ in `scan` (an Image in HU, LPS)."""
+        """Presence and box of every organ in `scan` (an Image in HU, LPS): the working grid (`grid.py`), the
+        first stage's vote (`coarse.py`), the fine stages (`refine.py`) and the slice stage (`slices.py`) on one
+        fine region, and the walls moved to the scan's voxel faces (`snapping.py`)."""
         self._check_fitted()
         t0 = time.perf_counter()
-        work = working_image(scan, float(self.spacing_mm))
-        mask = body_mask(work)
-        pts = _grid_points(mask, int(self.vote_points))
+        grid = working_grid(scan, float(self.spacing_mm), int(self.vote_points))
         t1 = time.perf_counter()
-        if pts.shape[0] == 0:
+        if grid.points.shape[0] == 0:
             organs = [OrganEstimate(name, False, 0.0, np.full(6, np.nan), np.full(6, np.nan), 0, np.full(6, np.nan))
                       for name in self.organs]
-            return Localization(organs, work, {"prepare": t1 - t0, "vote": 0.0})
-        stack = ImageStack.from_images([work], integral=True)
-        with numba_threads(self.n_jobs):
-            leaves = self.family_.apply((stack, np.c_[np.zeros(len(pts)), pts].astype(np.int32)), self.forest_)
+            return Localization(organs, grid.work, {"prepare": t1 - t0, "vote": 0.0})
+        leaves = first_stage_leaves(self, grid)
         t2 = time.perf_counter()
-        pos = voxel_positions(work, pts)
-        extent = _extent(work)
-        votes = Votes.group(leaves)
-        slot = votes.slots(self.forest_.n_leaves)
-        edges = body_edges(mask, work)
-        with numba_threads(self.n_jobs):
-            n_threads = min(numba.get_num_threads(), len(self.organs))
-        # The organs' votes are independent and their kernel runs without the GIL: one thread per core (the
-        # answers do not depend on the thread count).
-        with ThreadPoolExecutor(n_threads) as pool:
-            organs = list(pool.map(lambda o: self._vote(o, votes, slot, pos, extent, edges), range(len(self.organs))))
+        organs = coarse_vote(self, grid, leaves)
         t3 = time.perf_counter()
-        refiners = getattr(self, "refiners_", None) or []
-        todo = [o for o, r in enumerate(refiners) if r is not None and organs[o].present
-                and np.all(np.isfinite(organs[o].box_mm))]
-        if todo:
-            # One fine region covers every organ to refine (head-and-neck organs overlap): one resampling and
-            # one integral image per scan; passes after the first re-centre inside it (hence the extra margin).
-            stages = self._fine_stages()
-            pad = max([st["refine_margin_mm"] + st["refine_reach_mm"] for st in stages]
-                      + [float(self.slice_margin_mm) + float(self.slice_reach_mm)])
-            boxes = np.array([organs[o].box_mm for o in todo])
-            union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
-            region = FineSource(scan, float(self.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
-            stack = ImageStack.from_images([region], integral=True)
-            slicers = getattr(self, "slicers_", None) or [None] * len(self.organs)
-            for o in todo:
-                self._refine(o, organs[o], region, stack, extent, edges, stages)
-                if slicers[o] is not None:
-                    self._slice_walls(o, organs[o], region, stack, extent)
-        for est in organs:
-            # The schema's box: the outer faces of the voxels the voted box holds (what a label map can give).
-            est.voted_box_mm = est.box_mm
-            if est.present:
-                est.box_mm = voxel_box(scan, est.box_mm)
+        fine = fine_region(self, grid, organs)
+        if fine is not None:
+            refine_walls(self, organs, fine, grid)
+            slice_walls(self, organs, fine, grid)
+        snap_to_voxel_faces(organs, scan)
         t4 = time.perf_counter()
-        return Localization(organs, work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2, "refine": t4 - t3})
-
-    def _refine(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack, extent: np.ndarray,
-                edges: np.ndarray, stages: list[dict]) -> None:
-        """Replace a present organ's first-stage walls with the fine stages' (`stages`: `_fine_stages()`; then
-        the body-edge prior and the scan's faces, as in `_vote`)."""
-        box, spread = estimate.box_mm, estimate.box_std_mm
-        for refiner, stage in zip(self.refiners_[o], stages, strict=True):
-            # A stage learnt to undo errors of about its training jitter; a far larger move means the scan is
-            # unlike its training scans (a synthetic phantom: the third stage moved walls by 20 mm where on real
-            # scans 90% of its moves are under 3 mm, 99% under about 18), so each wall moves at most 3 jitters.
-            limit = MAX_MOVE_JITTERS * stage["refine_jitter_mm"] if stage["refine_jitter_mm"] > 0 else np.inf
-            for _ in range(int(self.refine_passes)):
-                new, new_spread = refiner.walls(region, stack, box, stage["refine_margin_mm"],
-                                                int(self.refine_votes), float(self.refine_fraction))
-                if not np.all(np.isfinite(new_spread)):
-                    break
-                box, spread = box + np.clip(new - box, -limit, limit), new_spread
-        box, spread = box.copy(), spread.copy()
-        for k in np.flatnonzero(self._edge_prior[o]):
-            box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
-        estimate.box_mm = inside(box, extent)
-        estimate.box_std_mm = spread
-
-    def _slice_walls(self, o: int, estimate: OrganEstimate, region: Image, stack: ImageStack,
-                     extent: np.ndarray) -> None:
-        """Replace an elongated organ's x/y walls with the slice stage's (z walls stay the cascade's)."""
-        walls, spread = self.slicers_[o].walls(region, stack, estimate.box_mm, float(self.slice_margin_mm),
-                                               float(self.slice_fraction), int(self.slice_window))
-        if not np.all(np.isfinite(spread)):
-            return
-        box, box_spread = estimate.box_mm.copy(), estimate.box_std_mm.copy()
-        box[:4], box_spread[:4] = walls, spread
-        estimate.box_mm = inside(box, extent)
-        estimate.box_std_mm = box_spread
-
-    def _vote(self, o: int, votes: Votes, slot: np.ndarray, pos: np.ndarray, extent: np.ndarray,
-              edges: np.ndarray) -> OrganEstimate:
-        """Organ o's box from the scan's `votes` (`slot`: each leaf's place among the reached ones) of voxels at
-        `pos` (mm); `extent` (2, 3) the scan's faces and `edges` (6,) the body's outer faces in mm."""
-        name = self.organs[o]
-        uniq, counts = votes.uniq, votes.counts
-        probability = float(np.dot(self.leaf_share_[uniq, o], counts) / counts.sum())
-        valid = self._votes[uniq, o]
-        n_valid = int(counts[valid].sum())
-        nan6 = np.full(6, np.nan)
-        if n_valid == 0:
-            return OrganEstimate(name, False, probability, nan6, nan6, 0)
-        # Each wall is voted by the leaves most certain about that wall (smallest variance of its displacement):
-        # a voxel at the bottom of the neck knows where the cord ends better than where the brainstem's sides are.
-        # Leaves are taken in that order until they hold the wanted share of the votes (the last one whole).
-        keep = max(1, round(self.vote_fraction * n_valid))
-        keep_presence = max(1, round(self.presence_fraction * n_valid))
-        (box, view_box), (spread, view_spread) = ranked_medians(  # view_*: the broader vote that judges presence
-            self._wall_order[o], self._wall_mean[o], votes, slot, pos, WALL_AXIS, (keep, keep_presence))
-        for k in range(6):
-            if self._edge_prior[o, k]:
-                box[k], spread[k] = self._with_edge_prior(o, k, box[k], spread[k], edges[k])
-        box = inside(box, extent)
-        visible = visible_share(view_box, extent)
-        # Votes of an organ that is there agree (median spread ~6-13 mm on head-and-neck CT); outside the anatomy
-        # the model knows (e.g. an abdominal scan) leaves still claim the organ but their votes scatter (45-95
-        # mm). The presence probability is the leaf share times a logistic agreement factor of the spread.
-        agreement = 1.0 / (1.0 + np.exp((float(np.mean(view_spread)) - float(self.max_spread_mm)) / SPREAD_SCALE_MM))
-        probability = probability * agreement if visible >= float(self.min_visible) else 0.0
-        return OrganEstimate(name, probability >= 0.5, probability, box, spread, keep)
-
-    def _with_edge_prior(self, o: int, k: int, vote: float, spread: float, edge: float) -> tuple[float, float]:
-        """Wall k of organ o from its vote (median, robust spread, mm) and the training scans' offsets of that
-        wall from the body's edge: each training offset placed at this scan's edge is weighted by a Gaussian
-        of its distance to the vote (sigma: the spread, at least one working voxel); the weighted median and
-        its robust spread are returned. A vote no training offset explains is kept as it is."""
-        offsets = self.edge_offsets_[:, o, k]
-        atoms = np.sort(edge + offsets[~np.isnan(offsets)].astype(np.float64))
-        sigma = max(spread, float(self.spacing_mm))
-        weight = np.exp(-0.5 * ((atoms - vote) / sigma) ** 2)
-        total = weight.sum()
-        if not total > 1e-12:
-            return vote, spread
-        cumulative = np.cumsum(weight)
-        wall = float(atoms[np.searchsorted(cumulative, 0.5 * total)])
-        deviation = np.abs(atoms - wall)
-        order = np.argsort(deviation, kind="stable")
-        mad = float(deviation[order][np.searchsorted(np.cumsum(weight[order]), 0.5 * total)])
-        return wall, 1.4826 * mad
+        return Localization(organs, grid.work, {"prepare": t1 - t0, "apply": t2 - t1, "vote": t3 - t2,
+                                                "refine": t4 - t3})
 
     # -- model files --------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -764,47 +626,23 @@ def _add_region(bucket: tuple[list, list, list], region: Image, zyx: np.ndarray,
     regions.append(region)
 
 
-def inside(box: np.ndarray, extent: np.ndarray) -> np.ndarray:
-    """A box (6,) mm with lo <= hi per axis and every wall pulled back inside the volume's extent (2, 3): an
-    organ's contoured voxels lie inside the scan, so walls voted beyond its faces go back to them."""
-    lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-    return np.ravel(np.c_[np.clip(lo, extent[0], extent[1]), np.clip(hi, extent[0], extent[1])])
-
-
-def visible_share(box: np.ndarray, extent: np.ndarray) -> float:
-    """Least share, over the three axes, of a box's extent (6,) mm (lo, hi per axis, in either order) that lies
-    inside the volume's extent (2, 3) mm: 1 for a box inside, 0 for one wholly beyond a face."""
-    lo, hi = np.minimum(box[0::2], box[1::2]), np.maximum(box[0::2], box[1::2])
-    seen = np.clip(hi, extent[0], extent[1]) - np.clip(lo, extent[0], extent[1])
-    return float(np.min(seen / np.maximum(hi - lo, 1e-6)))
-
-
 def boxes_in_view(truth, piece: Image, n_org: int) -> np.ndarray:
     """Boxes (n_org, 6) of the organs inside `piece` (a scan or a slab of it)."""
     if isinstance(truth, OrganSlices):
         # Slices of the label map whose centres lie inside the piece's z extent.
         zc = truth.slice_z_mm()
-        lo, hi = _extent(piece)[:, 2]
+        lo, hi = extent(piece)[:, 2]
         inside = np.flatnonzero((zc >= lo) & (zc <= hi))
         if inside.size == 0:
             return np.full((n_org, 6), np.nan)
         return truth.boxes((int(inside.min()), int(inside.max()) + 1))
     boxes = np.array(truth, dtype=np.float64).reshape(n_org, 6)
-    lo, hi = _extent(piece)[:, 2]
+    lo, hi = extent(piece)[:, 2]
     out = boxes.copy()
     out[:, 4] = np.maximum(boxes[:, 4], lo)
     out[:, 5] = np.minimum(boxes[:, 5], hi)
     out[~(out[:, 5] > out[:, 4])] = np.nan
     return out
-
-
-def _extent(image: Image) -> np.ndarray:
-    """(2, 3) lower and upper outer faces of the volume in mm, (x, y, z)."""
-    size = np.array(image.size, dtype=np.float64)
-    corners = np.array([[a, b, c] for a in (-0.5, size[0] - 0.5) for b in (-0.5, size[1] - 0.5)
-                        for c in (-0.5, size[2] - 0.5)])
-    phys = image.index_to_physical(corners)
-    return np.stack([phys.min(axis=0), phys.max(axis=0)])
 
 
 def _sample_body(work: Image, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -815,16 +653,6 @@ def _sample_body(work: Image, n: int, rng: np.random.Generator) -> np.ndarray:
     pick = rng.choice(zz.size, size=min(n, zz.size), replace=False)
     pick.sort()
     return np.c_[zz[pick], yy[pick], xx[pick]]
-
-
-def _grid_points(mask: np.ndarray, target: int) -> np.ndarray:
-    """At most `target` body voxels, (n, 3) z, y, x: all of them, or an evenly spaced selection in scan order
-    (deterministic, so a scan always gets the same answer)."""
-    zz, yy, xx = np.nonzero(mask)
-    if zz.size > target:
-        pick = np.linspace(0, zz.size - 1, target).round().astype(np.int64)
-        zz, yy, xx = zz[pick], yy[pick], xx[pick]
-    return np.c_[zz, yy, xx]
 
 
 def pack_covariance(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

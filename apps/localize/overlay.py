@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imageforest.apps.localize.model import Localization
+from imageforest.apps.localize.results import Localization
 from imageforest.forest.serialization import atomic_write
 
 COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45", "#fabed4",

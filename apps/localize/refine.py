@@ -12,11 +12,14 @@ to correct a box it has not seen exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import SimpleITK as sitk
 
+from imageforest.apps.localize.coarse import with_edge_prior
+from imageforest.apps.localize.grid import WorkingGrid, inside
+from imageforest.apps.localize.results import OrganEstimate
 from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.params import GROWTH, Anything, Real, Rule
@@ -26,9 +29,14 @@ from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import Votes, ranked_medians, ranked_order
 
+if TYPE_CHECKING:
+    from imageforest.apps.localize.model import OrganLocalizer
+
 # Shared by every stage of the localizer (`imageforest.apps.localize.model` imports them from here):
 MIN_LEAF_VOTERS = 3  # a leaf votes when at least this many of its training voxels saw the organ
 COV_MAX = 65000.0  # mm^2: (co)variances are stored as float16; larger spreads (std > 250 mm) carry no position
+PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move a box
+MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 
 
 @dataclass
@@ -242,3 +250,59 @@ def training_region(source: FineSource, truth_box: np.ndarray, jitter_mm: float,
     zyx = region_points(region, grown_box(moved, margin_mm), n_points, rng)
     targets = truth_box[None, :] - region_positions(region, zyx)[:, WALL_AXIS]
     return region, zyx, targets
+
+
+# -- the stage at test time --------------------------------------------------------------------------------------
+@dataclass
+class FineRegion:
+    """The fine grid the later stages vote on: one region of the scan covering every organ they refine (head and
+    neck organs overlap, so one resampling and one integral image serve them all).
+
+    organs : indices of the organs refined (present, with a finite first-stage box)
+    region : the scan on the fine grid; stack : its integral image
+    """
+
+    organs: list[int]
+    region: Image
+    stack: ImageStack
+
+
+def fine_region(model: OrganLocalizer, grid: WorkingGrid, organs: list[OrganEstimate]) -> FineRegion | None:
+    """The region around the first stage's boxes of the organs `model` has fine stages for (None: no such organ).
+    It reaches far enough for every stage's margin and feature reach, and for later passes to move a box."""
+    refiners = getattr(model, "refiners_", None) or []
+    todo = [o for o, r in enumerate(refiners) if r is not None and organs[o].present
+            and np.all(np.isfinite(organs[o].box_mm))]
+    if not todo:
+        return None
+    pad = max([st["refine_margin_mm"] + st["refine_reach_mm"] for st in model._fine_stages()]
+              + [float(model.slice_margin_mm) + float(model.slice_reach_mm)])
+    boxes = np.array([organs[o].box_mm for o in todo])
+    union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
+    region = FineSource(grid.scan, float(model.refine_spacing_mm)).region(union, pad + PASS_SLACK_MM)
+    return FineRegion(todo, region, ImageStack.from_images([region], integral=True))
+
+
+def refine_walls(model: OrganLocalizer, organs: list[OrganEstimate], fine: FineRegion, grid: WorkingGrid) -> None:
+    """Replace the first-stage walls of `fine.organs` with the fine stages' (in place; then the body-edge prior
+    and the scan's faces, as in the first stage)."""
+    stages = model._fine_stages()
+    for o in fine.organs:
+        estimate = organs[o]
+        box, spread = estimate.box_mm, estimate.box_std_mm
+        for refiner, stage in zip(model.refiners_[o], stages, strict=True):
+            # A stage learnt to undo errors of about its training jitter; a far larger move means the scan is
+            # unlike its training scans (a synthetic phantom: the third stage moved walls by 20 mm where on real
+            # scans 90% of its moves are under 3 mm, 99% under about 18), so each wall moves at most 3 jitters.
+            limit = MAX_MOVE_JITTERS * stage["refine_jitter_mm"] if stage["refine_jitter_mm"] > 0 else np.inf
+            for _ in range(int(model.refine_passes)):
+                new, new_spread = refiner.walls(fine.region, fine.stack, box, stage["refine_margin_mm"],
+                                                int(model.refine_votes), float(model.refine_fraction))
+                if not np.all(np.isfinite(new_spread)):
+                    break
+                box, spread = box + np.clip(new - box, -limit, limit), new_spread
+        box, spread = box.copy(), spread.copy()
+        for k in np.flatnonzero(model._edge_prior[o]):
+            box[k], spread[k] = with_edge_prior(model, o, k, box[k], spread[k], grid.edges[k])
+        estimate.box_mm = inside(box, grid.extent)
+        estimate.box_std_mm = spread

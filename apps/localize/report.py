@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imageforest.apps.localize.model import Localization
+from imageforest.apps.localize.results import Localization
 from imageforest.apps.localize.scans import box_to_index
 from imageforest.imaging.io import Image, write_image
 from imageforest.outputs import write_json as write_json_file

@@ -166,23 +166,6 @@ def box_to_index(image: Image, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return lo, np.maximum(hi, lo)
 
 
-def voxel_box(image: Image, box: np.ndarray) -> np.ndarray:
-    """`box` (6,) mm moved to the outer faces of the voxels of `image` whose centres it holds (`box_to_index`).
-
-    This is the box the JSON schema describes and the one a label map can have: the reference boxes of
-    openkbp-hn are of this kind, so a wall voted within half a voxel of a face lands on it exactly. Each wall
-    moves to its nearest face (at most half a voxel), except that a box holding no voxel centre along an axis
-    becomes the one voxel above its lower wall, and walls beyond the scan come back to its faces. For a grid
-    whose axes are not along x, y, z, the box is returned as it was (its voxel faces are not planes of constant
-    x, y or z).
-    """
-    box = np.asarray(box, dtype=np.float64)
-    axis_aligned = np.allclose(np.abs(image.direction), np.abs(np.round(image.direction)), atol=1e-6)
-    if not np.all(np.isfinite(box)) or not axis_aligned:
-        return box.copy()
-    return index_box_to_mm(image, *box_to_index(image, box))
-
-
 @dataclass
 class OrganSlices:
     """Per-slice x/y index bounds of every organ of a label map, so that boxes of any z crop come cheaply.

@@ -19,15 +19,29 @@ compact organ's walls lie where its voxels can see them).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from imageforest.apps.localize.refine import FineSource, WallRefiner, grown_box, region_points, region_positions
+from imageforest.apps.localize.grid import WorkingGrid, inside
+from imageforest.apps.localize.refine import (
+    FineRegion,
+    FineSource,
+    WallRefiner,
+    grown_box,
+    region_points,
+    region_positions,
+)
+from imageforest.apps.localize.results import OrganEstimate
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
 from imageforest.kernels import njit
 from imageforest.voting import median_and_spread, select_kth
+
+if TYPE_CHECKING:
+    from imageforest.apps.localize.model import OrganLocalizer
 
 SLICE_AXIS = np.array([0, 0, 1, 1])  # cross-section wall k lies along physical axis SLICE_AXIS[k] (x, x, y, y)
 VOTERS_PER_SLICE = 400  # at most this many voxels per fine slice vote (evenly spaced)
@@ -186,3 +200,21 @@ def elongated(boxes: np.ndarray, elongation: float | None) -> np.ndarray:
         size = np.median(np.abs(boxes[seen, o, 1::2] - boxes[seen, o, 0::2]), axis=0)
         out[o] = size[2] >= float(elongation) * max(min(size[0], size[1]), 1e-6)
     return out
+
+
+def slice_walls(model: OrganLocalizer, organs: list[OrganEstimate], fine: FineRegion, grid: WorkingGrid) -> None:
+    """Replace the x/y walls of the refined organs that have a slice stage with the slice stage's (in place; the
+    z walls stay the cascade's)."""
+    slicers = getattr(model, "slicers_", None) or [None] * len(organs)
+    for o in fine.organs:
+        if slicers[o] is None:
+            continue
+        estimate = organs[o]
+        walls, spread = slicers[o].walls(fine.region, fine.stack, estimate.box_mm, float(model.slice_margin_mm),
+                                         float(model.slice_fraction), int(model.slice_window))
+        if not np.all(np.isfinite(spread)):
+            continue
+        box, box_spread = estimate.box_mm.copy(), estimate.box_std_mm.copy()
+        box[:4], box_spread[:4] = walls, spread
+        estimate.box_mm = inside(box, grid.extent)
+        estimate.box_std_mm = box_spread

@@ -24,10 +24,10 @@ from imageforest.apps.localize.scans import (
     WALL_AXIS,
     body_edges,
     body_mask,
-    voxel_box,
     voxel_positions,
     working_image,
 )
+from imageforest.apps.localize.snapping import voxel_box
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 

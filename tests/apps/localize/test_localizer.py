@@ -6,11 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from imageforest.apps.localize.coarse import with_edge_prior
 from imageforest.apps.localize.evaluate import OrganScores
-from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view, visible_share
+from imageforest.apps.localize.grid import visible_share
+from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
 from imageforest.apps.localize.report import box_label_map, localization_json
-from imageforest.apps.localize.scans import OrganSlices, box_to_index, crop_z, voxel_box
+from imageforest.apps.localize.scans import OrganSlices, box_to_index, crop_z
+from imageforest.apps.localize.snapping import voxel_box
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
 
@@ -144,11 +147,11 @@ def test_edge_prior_pulls_an_uncertain_wall_to_the_body_edge(small_model, tmp_pa
     assert model._edge_prior[1, 4] and model._edge_prior.sum() == 1
     edge = -100.0
     # A scattered vote 20 mm above the edge: the training scans say the wall is at the edge.
-    wall, spread = model._with_edge_prior(1, 4, edge + 20.0, 25.0, edge)
+    wall, spread = with_edge_prior(model, 1, 4, edge + 20.0, 25.0, edge)
     assert abs(wall - edge) < 1e-9 and spread >= 0
     # A tight vote near the other mode keeps it; one no training offset explains is kept as it is.
-    assert model._with_edge_prior(1, 4, edge + 44.0, 3.0, edge)[0] == pytest.approx(edge + 45.0)
-    assert model._with_edge_prior(1, 4, edge + 500.0, 3.0, edge) == (edge + 500.0, 3.0)
+    assert with_edge_prior(model, 1, 4, edge + 44.0, 3.0, edge)[0] == pytest.approx(edge + 45.0)
+    assert with_edge_prior(model, 1, 4, edge + 500.0, 3.0, edge) == (edge + 500.0, 3.0)
     model.edge_prior_share = 1.0
     model._derive()
     assert not model._edge_prior.any()
