@@ -68,7 +68,7 @@ def read_localizer(path: str | os.PathLike) -> OrganLocalizer:
         raise ModelFormatError(f"{source}: holds no first stage of an organ localizer")
     n_org = len(first.organs)
     try:
-        n_stages = len(first._fine_stages())
+        n_stages = len(first.fine_stages())
     except InvalidInputError as exc:
         raise ModelFormatError(f"{source}: fine-stage settings: {exc}") from None
     refiners: list[list[WallRefiner] | None] = []

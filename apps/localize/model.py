@@ -44,6 +44,7 @@ from imageforest.apps.localize.refine import (
     COV_MAX,
     MIN_LEAF_VOTERS,
     FineSource,
+    FineStage,
     PlainTrees,
     WallRefiner,
     fine_region,
@@ -260,25 +261,29 @@ class OrganLocalizer(PlainTrees):
                 raise InvalidInputError(f"{name} must be >= 1")
         if min(self.slice_margin_mm, self.slice_reach_mm) < 0:
             raise InvalidInputError("slice_margin_mm and slice_reach_mm must be >= 0")
-        for stage in self._fine_stages():
-            if min(int(stage["refine_trees"]), int(stage["refine_min_samples_leaf"]), int(stage["refine_points"])) < 1:
+        for stage in self.fine_stages():
+            if min(stage.trees, stage.min_samples_leaf, stage.points) < 1:
                 raise InvalidInputError("refine_trees, refine_min_samples_leaf and refine_points must be >= 1")
-            if min(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) < 0:
+            if min(stage.margin_mm, stage.reach_mm, stage.jitter_mm) < 0:
                 raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be >= 0")
-            if max(stage["refine_margin_mm"], stage["refine_reach_mm"], stage["refine_jitter_mm"]) > 500:
+            if max(stage.margin_mm, stage.reach_mm, stage.jitter_mm) > 500:
                 raise InvalidInputError("refine_margin_mm, refine_reach_mm and refine_jitter_mm must be <= 500 mm")
-            if int(stage["refine_points"]) > 1_000_000:
+            if stage.points > 1_000_000:
                 raise InvalidInputError("refine_points must be <= 1,000,000")
 
-    def _fine_stages(self) -> list[dict]:
-        """Per fine stage, its `FINE_STAGE_SETTINGS` (tuples give one entry per stage, scalars serve all)."""
+    def fine_stages(self) -> list[FineStage]:
+        """Each fine stage's settings, from `FINE_STAGE_SETTINGS` (tuples give one entry per stage, scalars
+        serve all)."""
         values = {name: np.atleast_1d(np.asarray(getattr(self, name), dtype=np.float64)).tolist()
                   for name in FINE_STAGE_SETTINGS}
         n = max(len(v) for v in values.values())
         odd = [name for name, v in values.items() if len(v) not in (1, n)]
         if odd:
             raise InvalidInputError(f"{', '.join(odd)}: give one value per fine stage ({n}) or a single value")
-        return [{name: v[0] if len(v) == 1 else v[s] for name, v in values.items()} for s in range(n)]
+        at = {name: [v[0] if len(v) == 1 else v[s] for s in range(n)] for name, v in values.items()}
+        return [FineStage(int(at["refine_trees"][s]), int(at["refine_min_samples_leaf"][s]), at["refine_margin_mm"][s],
+                          at["refine_reach_mm"][s], at["refine_jitter_mm"][s], int(at["refine_points"][s]))
+                for s in range(n)]
 
     def fit(self, scans: list[Image], truths: list, progress=None, run_jobs=None) -> OrganLocalizer:
         """Grow the forest on CT scans and their organ truth.
@@ -310,7 +315,7 @@ class OrganLocalizer(PlainTrees):
         works, targets, points, known, edge_offsets = [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
-        stages = self._fine_stages()
+        stages = self.fine_stages()
         # per organ and fine stage: regions, points, targets
         fine = [[([], [], []) for _ in stages] for _ in range(n_org)]
         t0 = time.perf_counter()
@@ -365,8 +370,7 @@ class OrganLocalizer(PlainTrees):
             for s, stage in enumerate(stages):
                 regions, pts_o, y_o = fine[o][s]
                 seed = int(fine_rng.integers(2**31))
-                refiner = self._fine_forest(WallRefiner, seed, stage["refine_trees"], stage["refine_min_samples_leaf"],
-                                            stage["refine_reach_mm"])
+                refiner = self._fine_forest(WallRefiner, seed, stage.trees, stage.min_samples_leaf, stage.reach_mm)
                 jobs.append((_fit_refiner, (refiner, regions, np.concatenate(pts_o), np.concatenate(y_o))))
                 places.append((o, s))
                 fine[o][s] = ([], [], [])
@@ -408,15 +412,14 @@ class OrganLocalizer(PlainTrees):
                     box_size_mm=(float(self.refine_spacing_mm), 20.0), random_state=seed, n_jobs=self.n_jobs)
 
     def _refine_training(self, scan: Image, boxes: np.ndarray, fine: list, rng: np.random.Generator,
-                         stages: list[dict]) -> None:
+                         stages: list[FineStage]) -> None:
         """Add one scan's regions for every fine stage in `stages` (around each contoured organ's box, jittered
         by the stage's jitter) to `fine`."""
         source = FineSource(scan, float(self.refine_spacing_mm))
         for o in np.flatnonzero(~np.isnan(boxes[:, 0])):
             for s, stage in enumerate(stages):
-                region, zyx, y = training_region(source, boxes[o], stage["refine_jitter_mm"],
-                                                 stage["refine_margin_mm"], stage["refine_reach_mm"],
-                                                 int(stage["refine_points"]), rng)
+                region, zyx, y = training_region(source, boxes[o], stage.jitter_mm, stage.margin_mm, stage.reach_mm,
+                                                 stage.points, rng)
                 _add_region(fine[o][s], region, zyx, y)
 
     def _slice_stage_jobs(self, scans: list[Image], truths: list, rng: np.random.Generator) -> list[tuple]:
@@ -428,7 +431,7 @@ class OrganLocalizer(PlainTrees):
         if float(self.refine_spacing_mm) <= 0 or not all(isinstance(t, OrganSlices) for t in truths):
             return []
         tubes = elongated(np.array([t.boxes() for t in truths]), self.slice_elongation)
-        jitter = self._fine_stages()[-1]["refine_jitter_mm"]
+        jitter = self.fine_stages()[-1].jitter_mm
         data = [([], [], []) for _ in range(n_org)]  # per organ: regions, points, targets
         for scan, truth in zip(scans, truths, strict=True):
             boxes = boxes_in_view(truth, scan, n_org)

@@ -39,6 +39,20 @@ PASS_SLACK_MM = 10.0  # room in the shared fine region for later passes to move 
 MAX_MOVE_JITTERS = 3.0  # a fine stage moves a wall by at most this many of its training jitters
 
 
+@dataclass(frozen=True)
+class FineStage:
+    """One fine stage's settings (the localizer's `refine_*` settings, which give one value per stage or one for
+    all): T, leaf size, the voters' margin around the box, the features' reach, the training jitter of the box
+    (mm) and the training voxels per scan and organ."""
+
+    trees: int
+    min_samples_leaf: int
+    margin_mm: float
+    reach_mm: float
+    jitter_mm: float
+    points: int
+
+
 @dataclass
 class FineSource:
     """A scan ready to give fine regions: each region is cut from the scan (a block aligned with the
@@ -275,7 +289,7 @@ def fine_region(model: OrganLocalizer, grid: WorkingGrid, organs: list[OrganEsti
             and np.all(np.isfinite(organs[o].box_mm))]
     if not todo:
         return None
-    pad = max([st["refine_margin_mm"] + st["refine_reach_mm"] for st in model._fine_stages()]
+    pad = max([st.margin_mm + st.reach_mm for st in model.fine_stages()]
               + [float(model.slice_margin_mm) + float(model.slice_reach_mm)])
     boxes = np.array([organs[o].box_mm for o in todo])
     union = np.ravel(np.c_[boxes[:, 0::2].min(axis=0), boxes[:, 1::2].max(axis=0)])
@@ -286,7 +300,7 @@ def fine_region(model: OrganLocalizer, grid: WorkingGrid, organs: list[OrganEsti
 def refine_walls(model: OrganLocalizer, organs: list[OrganEstimate], fine: FineRegion, grid: WorkingGrid) -> None:
     """Replace the first-stage walls of `fine.organs` with the fine stages' (in place; then the body-edge prior
     and the scan's faces, as in the first stage)."""
-    stages = model._fine_stages()
+    stages = model.fine_stages()
     for o in fine.organs:
         estimate = organs[o]
         box, spread = estimate.box_mm, estimate.box_std_mm
@@ -294,9 +308,9 @@ def refine_walls(model: OrganLocalizer, organs: list[OrganEstimate], fine: FineR
             # A stage learnt to undo errors of about its training jitter; a far larger move means the scan is
             # unlike its training scans (a synthetic phantom: the third stage moved walls by 20 mm where on real
             # scans 90% of its moves are under 3 mm, 99% under about 18), so each wall moves at most 3 jitters.
-            limit = MAX_MOVE_JITTERS * stage["refine_jitter_mm"] if stage["refine_jitter_mm"] > 0 else np.inf
+            limit = MAX_MOVE_JITTERS * stage.jitter_mm if stage.jitter_mm > 0 else np.inf
             for _ in range(int(model.refine_passes)):
-                new, new_spread = refiner.walls(fine.region, fine.stack, box, stage["refine_margin_mm"],
+                new, new_spread = refiner.walls(fine.region, fine.stack, box, stage.margin_mm,
                                                 int(model.refine_votes), float(model.refine_fraction))
                 if not np.all(np.isfinite(new_spread)):
                     break

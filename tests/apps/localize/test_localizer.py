@@ -210,10 +210,10 @@ def test_second_stage_pulls_a_displaced_box_back(small_model, phantoms):
         assert cascade is not None
         refiner = cascade[0]
         moved = truth[o] + rng.choice([-8.0, 8.0], 6)
-        stage = small_model._fine_stages()[0]
-        region = source.region(moved, stage["refine_margin_mm"] + stage["refine_reach_mm"])
+        stage = small_model.fine_stages()[0]
+        region = source.region(moved, stage.margin_mm + stage.reach_mm)
         walls, spread = refiner.walls(region, ImageStack.from_images([region], integral=True), moved,
-                                      stage["refine_margin_mm"], 2000, 0.05)
+                                      stage.margin_mm, 2000, 0.05)
         assert np.all(np.isfinite(spread)) and np.all(spread >= 0)
         before.append(np.abs(moved - truth[o]).mean())
         after.append(np.abs(walls - truth[o]).mean())
@@ -226,7 +226,7 @@ def test_second_stage_is_optional_and_saved_with_the_model(small_model, phantoms
     ct, _ = phantoms[6]
     small_model.save(tmp_path / "m.npz")
     meta, arrays = load_model(tmp_path / "m.npz")
-    n_stages = len(small_model._fine_stages())
+    n_stages = len(small_model.fine_stages())
     fine = [f"fine/{o}/{s}" for o in range(7) for s in range(n_stages)]
     assert sorted(k for k in meta["forests"] if not k.startswith("slice/")) == sorted(["first", *fine])
     assert "fine/0/0/leaf.mean" in arrays and not any(k.startswith("refine.") for k in arrays)
