@@ -37,25 +37,57 @@ def loss_gradient(name: str, margin: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _margins(order, base_weights, seg_start, seg_end, labels, n_classes, n_points):  # pragma: no cover - numba
-    # serial: one pass over the positions, cheap beside a level's split search, and the same sums on any thread count
-    prob = np.zeros((n_points, n_classes))
-    count = np.zeros(n_points)
+def _add_segments(order, weights, per_point, seg_start, seg_end, labels, prob, count):  # pragma: no cover - numba
+    """Add each segment's weighted class posterior to prob[i] of every point i it holds, and 1 to count[i].
+
+    `weights` are per position, or per point when `per_point`. A segment holding few of the classes adds only
+    those (adding 0.0 changes no sum, and deep nodes hold one or two classes).
+    """
+    n_classes = prob.shape[1]
     hist = np.zeros(n_classes)
+    held = np.empty(n_classes, dtype=np.int64)
     for s in range(seg_start.shape[0]):
         hist[:] = 0.0
         for pos in range(seg_start[s], seg_end[s]):
             lab = labels[order[pos]]
             if lab >= 0:
-                hist[lab] += base_weights[pos]
+                hist[lab] += weights[order[pos]] if per_point else weights[pos]
         total = hist.sum()
         if total > 0.0:
             hist /= total
-        for pos in range(seg_start[s], seg_end[s]):
-            i = order[pos]
-            count[i] += 1.0
-            for k in range(n_classes):
-                prob[i, k] += hist[k]
+        n_held = 0
+        for k in range(n_classes):
+            if hist[k] != 0.0:
+                held[n_held] = k
+                n_held += 1
+        if 2 * n_held > n_classes:  # most classes: one contiguous pass (vectorised) beats the indirection
+            for pos in range(seg_start[s], seg_end[s]):
+                i = order[pos]
+                count[i] += 1.0
+                for k in range(n_classes):
+                    prob[i, k] += hist[k]
+        else:
+            for pos in range(seg_start[s], seg_end[s]):
+                i = order[pos]
+                count[i] += 1.0
+                for h in range(n_held):
+                    prob[i, held[h]] += hist[held[h]]
+
+
+@njit(cache=True)
+def loss_weights(order, sample_weight, scale):  # pragma: no cover - numba
+    """(n_positions,) sample_weight[order] * scale[order]: the weights a global loss gives the next level."""
+    out = np.empty(order.shape[0])
+    for pos in range(order.shape[0]):
+        i = order[pos]
+        out[pos] = sample_weight[i] * scale[i]
+    return out
+
+
+@njit(cache=True)
+def _margin_of(prob, count, labels):  # pragma: no cover - numba
+    """(n_points,) margins from the summed posteriors `prob` (n_points, C) of `count` trees per point."""
+    n_points, n_classes = prob.shape
     margin = np.zeros(n_points)
     for i in range(n_points):
         y = labels[i]
@@ -86,6 +118,41 @@ def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.nd
     (n_points,) float64 margins, the class posteriors averaged over the trees holding each point; a point in no
     segment (not drawn for any tree) gets 0.
     """
-    return _margins(np.ascontiguousarray(order), np.ascontiguousarray(base_weights, dtype=np.float64),
-                    np.ascontiguousarray(seg_start, dtype=np.int64), np.ascontiguousarray(seg_end, dtype=np.int64),
-                    np.ascontiguousarray(labels, dtype=np.int32), int(n_classes), int(n_points))
+    prob, count = np.zeros((int(n_points), int(n_classes))), np.zeros(int(n_points))
+    labels = np.ascontiguousarray(labels, dtype=np.int32)
+    _add_segments(np.ascontiguousarray(order), np.ascontiguousarray(base_weights, dtype=np.float64), False,
+                  np.ascontiguousarray(seg_start, dtype=np.int64), np.ascontiguousarray(seg_end, dtype=np.int64),
+                  labels, prob, count)
+    return _margin_of(prob, count, labels)
+
+
+class GrowingMargins:
+    """`forest_margins` of a forest grown level by level, without summing the finished leaves again every level.
+
+    A finished leaf's posterior and its points do not change while the forest grows deeper, so each leaf is added
+    once, when it is made, to sums kept from level to level; a level adds only its frontier nodes to a copy of them.
+    Points sum their trees' posteriors in the order the leaves were made, then the frontier's (the same order on
+    any thread count).
+    """
+
+    def __init__(self, labels: np.ndarray, n_classes: int, n_points: int) -> None:
+        self.labels = np.ascontiguousarray(labels, dtype=np.int32)
+        self.prob = np.zeros((int(n_points), int(n_classes)))
+        self.count = np.zeros(int(n_points))
+        self.n_leaves = 0
+
+    def margins(self, order: np.ndarray, sample_weight: np.ndarray, leaf_start: np.ndarray, leaf_end: np.ndarray,
+                front_start: np.ndarray, front_end: np.ndarray) -> np.ndarray:
+        """(n_points,) margins with the finished leaves `leaf_start/leaf_end` (the leaves of earlier calls first, in
+        the same order) and the frontier nodes `front_start/front_end` (segments of `order`); `sample_weight`
+        (n_points,) weighs the points in the class histograms."""
+        order = np.ascontiguousarray(order)
+        weights = np.ascontiguousarray(sample_weight, dtype=np.float64)
+        new = slice(self.n_leaves, len(leaf_start))
+        _add_segments(order, weights, True, np.ascontiguousarray(leaf_start[new], dtype=np.int64),
+                      np.ascontiguousarray(leaf_end[new], dtype=np.int64), self.labels, self.prob, self.count)
+        self.n_leaves = len(leaf_start)
+        prob, count = self.prob.copy(), self.count.copy()
+        _add_segments(order, weights, True, np.ascontiguousarray(front_start, dtype=np.int64),
+                      np.ascontiguousarray(front_end, dtype=np.int64), self.labels, prob, count)
+        return _margin_of(prob, count, self.labels)

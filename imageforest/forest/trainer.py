@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from imageforest.forest.features import FeatureFamily
-from imageforest.forest.losses import forest_margins, loss_gradient
+from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
 from imageforest.forest.objectives import GINI, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
@@ -259,6 +259,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         if not labelled:
             raise ValueError("a global loss needs a classification objective (the margins are of class labels)")
         loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
+        growing_margins = GrowingMargins(loss_labels, loss_classes, n_points)
     rows_matrix, per_position, unit_weights = None, False, False
     if (K is not None and not fern and settings.threshold_sampling == "range" and lifted is None
             and choose is None):
@@ -291,12 +292,10 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         n_front = f_start.size
         if loss_labels is not None and depth > 0:
             # Alternating decision forests: the forest grown so far weighs the points for the next level.
-            base = sample_weight[order]
             done = leaf_table.head(leaf_count)
-            margin = forest_margins(order, base, np.r_[f_start, done["start"]], np.r_[f_end, done["end"]],
-                                    loss_labels, loss_classes, n_points)
+            margin = growing_margins.margins(order, sample_weight, done["start"], done["end"], f_start, f_end)
             grad = loss_gradient(settings.loss, margin)
-            wts = base * (grad / max(float(np.mean(grad)), 1e-300))[order]
+            wts = loss_weights(order, sample_weight, grad / max(float(np.mean(grad)), 1e-300))
         crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
         labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
         if rows_matrix is not None and per_position and unit_weights and crit <= GINI:

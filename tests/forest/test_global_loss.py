@@ -35,6 +35,35 @@ def test_margins_average_the_trees_posteriors():
     assert np.allclose(m, expected)
 
 
+def test_growing_margins_add_finished_leaves_once_and_match_a_full_recount():
+    """Level by level, leaves finish and the frontier shrinks: the margins kept incrementally equal a recount."""
+    from imageforest.forest.losses import GrowingMargins
+
+    rng = np.random.default_rng(4)
+    n, T = 60, 3
+    labels = rng.integers(0, 3, n)
+    labels[5] = -1  # unlabelled: no histogram entry, margin 0
+    order = np.concatenate([rng.permutation(n) for _ in range(T)])
+    point_weight = rng.random(n) + 0.5
+    growing = GrowingMargins(labels, 3, n)
+    # three levels: segment ends per level (every tree's 60 positions cut finer); leaves finish as they go
+    cuts = [[0, 60, 120, 180], [0, 30, 60, 90, 120, 150, 180], [0, 10, 30, 45, 60, 75, 90, 100, 120, 140, 150, 180]]
+    finished: list[tuple[int, int]] = []
+    for level, bounds in enumerate(cuts):
+        segments = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+                    if not any(a >= s and b <= e for s, e in finished)]
+        if level:  # the first segment of every tree finishes at each level after the first
+            finished += [seg for seg in segments if seg[0] % 60 == 0]
+        front = [seg for seg in segments if seg not in finished]
+        leaves = np.array(finished, dtype=np.int64).reshape(-1, 2)
+        fronts = np.array(front, dtype=np.int64).reshape(-1, 2)
+        got = growing.margins(order, point_weight, leaves[:, 0], leaves[:, 1], fronts[:, 0], fronts[:, 1])
+        both = np.r_[fronts, leaves]
+        full = forest_margins(order, point_weight[order], both[:, 0], both[:, 1], labels, 3, n)
+        assert np.allclose(got, full, atol=1e-12)
+        assert got[5] == 0.0
+
+
 class Alternating(ClassificationForest):
     def _global_loss(self):
         return "exponential"
