@@ -265,13 +265,29 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
 
 
 @njit(cache=True, inline="always")
-def _scratch_size(perm, rho, f_start, f_end, p0, p1):  # pragma: no cover - numba
-    """The largest node among pairs perm[p0:p1] (at least 1): the size of a work block's gather buffer."""
+def _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end):  # pragma: no cover - numba
+    """Work block blk of n_work: its pairs perm[p0:p1] and a gather buffer for the largest node among them."""
+    p0 = blk * n_pairs // n_work
+    p1 = (blk + 1) * n_pairs // n_work
     size = 1
     for pp in range(p0, p1):
         s = perm[pp] // rho
         size = max(size, f_end[s] - f_start[s])
-    return size
+    return p0, p1, np.empty(size, dtype=np.float32)
+
+
+@njit(cache=True, inline="always")
+def _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds):  # pragma: no cover - numba
+    """Pair perm[pp]: its node s, candidate c, the node's first position a and size n; the node's responses
+    gathered into vals[:n] and the candidate's thresholds drawn into thr (and recorded in thresholds[s, c])."""
+    s = perm[pp] // rho
+    c = perm[pp] % rho
+    a = f_start[s]
+    n = f_end[s] - a
+    _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
+    for j in range(thr.shape[0]):
+        thresholds[s, c, j] = thr[j]
+    return s, c, a, n
 
 
 @njit(cache=True, nogil=True)
@@ -282,9 +298,7 @@ def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_s
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0 = blk * n_pairs // n_work
-        p1 = (blk + 1) * n_pairs // n_work
-        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
+        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_classes))
         ccount = np.empty(k + 2, dtype=np.int64)
         total = np.empty(n_classes)
@@ -292,13 +306,7 @@ def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_s
         right = np.empty(n_classes)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s = perm[pp] // rho
-            c = perm[pp] % rho
-            a = f_start[s]
-            n = f_end[s] - a
-            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
-            for j in range(k):
-                thresholds[s, c, j] = thr[j]
+            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
             if two_class_ert:
                 _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
                 continue
@@ -327,20 +335,12 @@ def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0 = blk * n_pairs // n_work
-        p1 = (blk + 1) * n_pairs // n_work
-        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
+        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, 3))
         ccount = np.empty(k + 2, dtype=np.int64)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s = perm[pp] // rho
-            c = perm[pp] % rho
-            a = f_start[s]
-            n = f_end[s] - a
-            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
-            for j in range(k):
-                thresholds[s, c, j] = thr[j]
+            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
             cum[:] = 0.0
             ccount[:] = 0
             w_node = 0.0
@@ -370,9 +370,7 @@ def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_sta
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0 = blk * n_pairs // n_work
-        p1 = (blk + 1) * n_pairs // n_work
-        vals = np.empty(_scratch_size(perm, rho, f_start, f_end, p0, p1), dtype=np.float32)
+        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_stats))
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
@@ -381,13 +379,7 @@ def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_sta
         right = np.empty(n_stats)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s = perm[pp] // rho
-            c = perm[pp] % rho
-            a = f_start[s]
-            n = f_end[s] - a
-            _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
-            for j in range(k):
-                thresholds[s, c, j] = thr[j]
+            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
             w_node = _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q,
                                cum, ccount)
             if w_node > 0.0:
