@@ -2,7 +2,8 @@
 de Freitas, "Narrowing the Gap: Random Forests In Theory and In Practice" (ICML 2014), on rendered bodies.
 
     python benchmarks/variants/consistent_joints.py [--train 400] [--test 100] [--points 10000] [--probes 200]
-        [--trees 50] [--runs 2] [--json OUT.json]
+        [--trees 50] [--runs 2] [--png OUT.png] [--json OUT.json]
+    python benchmarks/variants/consistent_joints.py --plot OUT.json --png OUT.png   # the figure of a saved run
 
 As the paper: every joint has its own forest, trained on pixels of the body parts around that joint, regressing
 the 2-D offset (pixels) from a pixel to the joint; features are depth differences of two probes at offsets scaled
@@ -26,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from benchmarks._figures import pyplot, save_png
 from benchmarks._measure import write_results
 from benchmarks.variants.consistent import METHODS
 from data_scripts.render_bodies import PART, render
@@ -88,6 +90,23 @@ def joint_pixels(images, joint: str, per_part: int | None, rng: np.random.Genera
     return np.concatenate(X), np.concatenate(Y).astype(np.float64)
 
 
+def plot(results: dict, path: Path) -> None:
+    """The paper's Fig. 5: per joint, the four methods' mean squared offset errors with one standard deviation."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    joints = list(results)
+    width = 0.8 / len(ORDER)
+    for k, m in enumerate(ORDER):
+        means = [results[j][m]["mse_mean"] for j in joints]
+        stds = [results[j][m]["mse_std"] for j in joints]
+        ax.bar(np.arange(len(joints)) + (k - 1.5) * width, means, width, yerr=stds, capsize=2, label=m)
+    ax.set_xticks(np.arange(len(joints)), [j.replace("_", " ") for j in joints])
+    ax.set_ylabel("mean squared offset error (pixels²)")
+    ax.set_title("Joint offsets from depth probes on rendered bodies: Biau08, Biau12, ours (Denil), Breiman")
+    ax.legend(frameon=False)
+    save_png(fig, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--train", type=int, default=400, help="training poses")
@@ -97,8 +116,15 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=50)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--joints", default=",".join(JOINT_PARTS))
+    ap.add_argument("--png", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path, help="draw --png from the --json of an earlier run, and stop")
     args = ap.parse_args()
+    if args.plot:
+        import json
+
+        plot(json.loads(args.plot.read_text())["results"], args.png)
+        return
     t0 = time.perf_counter()
     train, test = bodies(args.train, 1), bodies(args.test, 2)
     print(f"rendered {args.train} + {args.test} bodies in {time.perf_counter() - t0:.1f} s; {args.points} training "
@@ -134,6 +160,8 @@ def main() -> None:
               + f"  {'yes' if same else 'no'}")
         results[j] = {m: {"mse_mean": means[m], "mse_std": float(np.std(mse[j][m]))} for m in ORDER}
     print("fit s per forest: " + ", ".join(f"{m} {np.mean(fit_s[m]):.2f}" for m in ORDER))
+    if args.png:
+        plot(results, args.png)
     if args.json:
         write_results(args.json, args, results)
 
