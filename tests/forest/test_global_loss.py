@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,7 @@ def test_growing_margins_add_finished_leaves_once_and_match_a_full_recount():
     cuts = [[0, 60, 120, 180], [0, 30, 60, 90, 120, 150, 180], [0, 10, 30, 45, 60, 75, 90, 100, 120, 140, 150, 180]]
     finished: list[tuple[int, int]] = []
     for level, bounds in enumerate(cuts):
-        segments = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        segments = [(a, b) for a, b in itertools.pairwise(bounds)
                     if not any(a >= s and b <= e for s, e in finished)]
         if level:  # the first segment of every tree finishes at each level after the first
             finished += [seg for seg in segments if seg[0] % 60 == 0]
