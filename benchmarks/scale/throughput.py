@@ -5,9 +5,9 @@
 Every configuration localizes the same scans with the default model into a fresh folder (`localize_many`, JSON
 outputs). The plain loop is `client=None`: what `imageforest localize SCANS -o OUT` does. A cluster's start-up
 (worker processes) is timed apart from the batch; the batch includes each worker's model load. Dask's overhead per
-scan is the batch time of 1 worker minus the plain loop's, on the same numba thread count, over the scans (a
-worker's BLAS threads follow its numba threads; the plain loop's BLAS keeps its default). Peak memory is
-the resident total of this process and its workers.
+scan is the batch time of 1 worker minus the plain loop's, on the same thread count, over the scans (numba, BLAS
+and ITK threads all follow the configuration's count, in the plain loop as in a worker). Peak memory is the
+resident total of this process and its workers.
 
 Each configuration runs in a new Python process (a configuration must not inherit the threads, caches and heap of
 the ones before it), and with `--rounds R` the whole list runs R times, in reverse order every other round; the
@@ -66,8 +66,13 @@ def run_isolated(data: Path, n_scans: int, index: int) -> dict:
     """Configuration `index` of `configurations` in a new Python process; its row."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
+        # BLAS and ITK (reading, resampling) get the configuration's thread count too, as local workers do
+        # (`cluster.connect`): a 1-thread plain loop would otherwise resample on every core.
+        threads = str(configurations(os.cpu_count() or 1)[index][2])
+        env = {**os.environ, **{name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                            "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS")}}
         subprocess.run([sys.executable, __file__, str(data), "--scans", str(n_scans), "--only", str(index),
-                        "--json", str(out)], check=True, stdout=subprocess.DEVNULL)
+                        "--json", str(out)], check=True, stdout=subprocess.DEVNULL, env=env)
         return json.loads(out.read_text())
 
 
