@@ -530,12 +530,7 @@ class OrganLocalizer(PlainTrees):
                 "training_summary": getattr(self, "training_summary_", {})}
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        # The localizer gives its forests one raw channel (the working grid's HU): a file that declares more
-        # channels or a filter bank would be answered from other features than it was trained on.
-        expected = self._features().to_spec()[0]
-        if self.family_.to_spec()[0] != expected:
-            raise ModelFormatError("the model's feature family is not the one its settings describe "
-                                   f"({self.family_.to_spec()[0]} against {expected})")
+        self._check_loaded_family()
         n_leaves = self.forest_.n_leaves
         n_org = len(meta["organs"])
         shapes = {"leaf.share": (n_leaves, n_org), "leaf.count": (n_leaves, n_org),

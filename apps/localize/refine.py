@@ -142,6 +142,15 @@ class PlainTrees(BaseForest):
     structure = "tree"
     two_sided = False
 
+    def _check_loaded_family(self) -> None:
+        """A loaded forest's feature family must be the one its settings build (`_features`): the localizer's
+        forests read one raw channel (HU), and a file declaring more channels or a filter bank would be answered
+        from other features than it was trained on."""
+        expected = self._features().to_spec()[0]
+        if self.family_.to_spec()[0] != expected:
+            raise ModelFormatError("the model's feature family is not the one its settings describe "
+                                   f"({self.family_.to_spec()[0]} against {expected})")
+
 
 class WallRefiner(PlainTrees):
     """One organ's second-stage forest: displaced-box features on a fine region, leaves hold the mean and
@@ -239,8 +248,7 @@ class WallRefiner(PlainTrees):
         return cls(**{**hyper, "box_size_mm": tuple(hyper.get("box_size_mm", (2.0, 20.0)))})
 
     def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        if self.family_.to_spec()[0] != self._features().to_spec()[0]:
-            raise ModelFormatError("the feature family is not the one the forest's settings describe")
+        self._check_loaded_family()
         n_leaves = self.forest_.n_leaves
         q = self.n_walls
         for key, shape in (("leaf.count", (n_leaves,)), ("leaf.mean", (n_leaves, q)), ("leaf.var", (n_leaves, q))):
