@@ -168,6 +168,11 @@ def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, 
     for g in range(configs.shape[0]):
         i = configs[g, 0]
         j = configs[g, 1]
+        if g > 0 and i == configs[g - 1, 0] and ccount[j] == ccount[configs[g - 1, 1]]:
+            # the bins in between are empty: the same children as the configuration before (a small node's
+            # thresholds leave most bins empty)
+            out[s, c, g] = out[s, c, g - 1]
+            continue
         n_left = ccount[j] - ccount[i]
         if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
             continue

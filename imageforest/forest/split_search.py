@@ -39,6 +39,8 @@ RADIX_MIN = 1024
 RADIX_BITS = 11
 INSERTION_MAX = 16
 LINEAR_BIN_MAX = 32
+# Class rows wider than this are binned and scored over the classes present in each node.
+COMPACT_CLASSES_MIN = 8
 
 
 def partition_configs(n_thresholds: int, two_sided: bool) -> np.ndarray:
@@ -72,11 +74,11 @@ def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_blocks, q, cum,
-              ccount):  # pragma: no cover - numba
+def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_blocks, q, cum, ccount,
+              column):  # pragma: no cover - numba
     """Fill cum[b + 1] / ccount[b + 1] with the statistics of bin b, then prefix-sum; returns the total weight.
 
-    After the prefix sum, bins [i, j) hold cum[j] - cum[i].
+    After the prefix sum, bins [i, j) hold cum[j] - cum[i]. Class rows count label l in column[l].
     """
     k = thr.shape[0]
     cum[:] = 0.0
@@ -100,7 +102,7 @@ def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_b
                 else:
                     hi = mid
         if criterion <= GINI:  # the common cases first, without building a row view per point
-            cum[b + 1, labels[samples[m]]] += wts[m]
+            cum[b + 1, column[labels[samples[m]]]] += wts[m]
         elif n_blocks == 1 and q == 1 and criterion != MIXED:  # scalar regression: [w, w y, w y^2]
             y = targets[samples[m], 0]
             wy = wts[m] * y
@@ -140,25 +142,60 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
     out = np.full((n_nodes, rho, n_cfg), -np.inf)
     n_pairs = n_nodes * rho
     n_work = min(n_pairs, N_WORK_BLOCKS)
+    compact = criterion <= GINI and n_stats > COMPACT_CLASSES_MIN
+    if compact:
+        columns, width = node_class_columns(seg_start, seg_end, samples, labels, n_stats)
+    else:
+        columns = np.arange(n_stats).reshape(1, n_stats)
+        width = np.full(1, n_stats, dtype=np.int64)
     for blk in prange(n_work):
-        cum = np.empty((k + 2, n_stats))
+        cum_all = np.empty((k + 2) * n_stats)
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
-        total = np.empty(n_stats)
-        left = np.empty(n_stats)
-        right = np.empty(n_stats)
+        total_all = np.empty(n_stats)
+        left_all = np.empty(n_stats)
+        right_all = np.empty(n_stats)
         # Contiguous, candidate-major pair ranges: consecutive pairs read adjacent stretches of one response row,
         # which the hardware prefetcher streams (deep levels have ~100-point segments, too short to stream alone).
         for pair in range(blk * n_pairs // n_work, (blk + 1) * n_pairs // n_work):
             c = pair // n_nodes
             s = pair % n_nodes
+            row = s if compact else 0
+            # Many classes, few points (deep levels): bins and scores only over the classes the node holds. Absent
+            # classes add exact zeros to every sum, so the gains are the same numbers.
+            n_cols = width[row]
+            cum = cum_all[: (k + 2) * n_cols].reshape((k + 2, n_cols))
             w_node = _bin_pair(resp[c], seg_start[s], seg_end[s], thresholds[s, c], samples, wts, criterion,
-                               labels, targets, n_blocks, q, cum, ccount)
+                               labels, targets, n_blocks, q, cum, ccount, columns[row])
             if w_node <= 0.0:
                 continue
-            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work, total,
-                           left, right, out, s, c)
+            _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
+                           total_all[:n_cols], left_all[:n_cols], right_all[:n_cols], out, s, c)
     return out
+
+
+@njit(cache=True, parallel=True)
+def node_class_columns(seg_start, seg_end, samples, labels, n_classes):  # pragma: no cover - numba
+    """Per node, the column of each class among the classes its points hold (ascending; -1 when absent).
+
+    Returns
+    -------
+    columns : (n_nodes, n_classes) int64
+    width : (n_nodes,) int64, the number of classes present
+    """
+    n_nodes = seg_start.shape[0]
+    columns = np.full((n_nodes, n_classes), -1, dtype=np.int64)
+    width = np.zeros(n_nodes, dtype=np.int64)
+    for s in prange(n_nodes):
+        for m in range(seg_start[s], seg_end[s]):
+            columns[s, labels[samples[m]]] = 0
+        w = 0
+        for t in range(n_classes):
+            if columns[s, t] >= 0:
+                columns[s, t] = w
+                w += 1
+        width[s] = w
+    return columns, width
 
 
 @njit(cache=True, inline="always")
@@ -178,6 +215,11 @@ def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, mi
     for g in range(configs.shape[0]):
         i = configs[g, 0]
         j = configs[g, 1]
+        if g > 0 and i == configs[g - 1, 0] and ccount[j] == ccount[configs[g - 1, 1]]:
+            # the bins in between are empty: the same children as the configuration before (a small node's
+            # thresholds leave most bins empty)
+            out[s, c, g] = out[s, c, g - 1]
+            continue
         n_left = ccount[j] - ccount[i]
         if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
             continue

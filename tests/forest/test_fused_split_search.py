@@ -10,6 +10,8 @@ from imageforest.forest.weak_learners import VectorFeatures
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((1500, 12)).astype(np.float32)
 Y_CLASS = (X[:, 0] + 0.5 * X[:, 3] ** 2 + 0.3 * RNG.standard_normal(1500) > 0.4).astype(int) + (X[:, 5] > 1)
+# twelve classes: the generic path bins and scores each node over the classes it holds, the fused one over all
+Y_MANY = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.2 * RNG.standard_normal(1500), np.linspace(-2.0, 2.0, 11))
 Y_REG = np.stack([np.sin(X[:, 0]) + X[:, 1], X[:, 2] * X[:, 3]], axis=1)
 
 CASES = [
@@ -20,6 +22,8 @@ CASES = [
     (ClassificationForest, Y_CLASS, dict(n_thresholds=8, n_candidates=4, min_samples_leaf=5, criterion="gini")),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=4, n_candidates=3, bootstrap=True, max_depth=6)),
     (ClassificationForest, Y_CLASS, dict(n_thresholds=3, n_candidates=2, two_sided=True)),
+    (ClassificationForest, Y_MANY, dict(n_thresholds=8, n_candidates=4)),
+    (ClassificationForest, Y_MANY, dict(n_thresholds=6, n_candidates=3, criterion="gini", two_sided=True)),
     (RegressionForest, Y_REG[:, 0], dict(n_thresholds=1, n_candidates=1.0, criterion="squared_error",
                                          leaf_model="constant")),
     (RegressionForest, Y_REG[:, 1], dict(n_thresholds=6, n_candidates=4, min_samples_leaf=3)),  # Gaussian

@@ -90,6 +90,35 @@ def test_depth_probes_match_brute_force_with_background():
             assert resp[c, m] == pytest.approx(np.float32(want), rel=1e-6)
 
 
+@pytest.mark.parametrize("fraction", [False, True])
+def test_depth_probes_read_the_same_from_the_cut_training_maps(fraction):
+    """Training reads maps cut to their readings (float32 when exact): every response must stay the same."""
+    rng = np.random.default_rng(5)
+    maps = []
+    for k in range(4):
+        depth = np.zeros((40, 50))
+        depth[8 + k: 30, 12: 35 - k] = rng.integers(900, 3500, (22 - k, 23 - k))
+        maps.append(depth + (0.1 if fraction else 0.0) * (depth > 0))  # 0.1 is no float32
+    maps.append(np.zeros((40, 50)))  # no readings at all
+    fam = DepthProbes(max_offset=25 * 2000.0, background=1e6)
+    stack = fam.prepare(maps)
+    img = rng.integers(0, 5, 300)
+    yy, xx = rng.integers(0, 40, 300), rng.integers(0, 50, 300)  # some on background, outside the readings
+    pts = check_points(np.c_[img, yy, xx], stack)
+    cut = fam.training_data((stack, pts))
+    assert cut[0].table.dtype == (np.float64 if fraction else np.float32)
+    assert cut[0].table.size < stack.table.size
+    params = fam.sample(rng, 3, 40)
+    order = rng.permutation(300).astype(np.int32)  # a deep level: each node's few points from several maps
+    pos_set = np.repeat(np.arange(3, dtype=np.int32), 100)
+    full = fam.responses((stack, pts), params, order, pos_set)
+    assert np.array_equal(fam.responses(cut, params, order, pos_set), full)
+    for m in range(0, 300, 7):
+        for c in range(0, 40, 9):
+            want = brute_probe(maps[img[order[m]]], yy[order[m]], xx[order[m]], params[pos_set[m], c], 1e6)
+            assert full[c, m] == pytest.approx(np.float32(want), rel=1e-6)
+
+
 @settings(max_examples=25, deadline=None)
 @given(nz=st.integers(1, 6), ny=st.integers(1, 9), nx=st.integers(1, 9),
        sx=st.floats(0.2, 5.0), sy=st.floats(0.2, 5.0), sz=st.floats(0.2, 5.0), seed=st.integers(0, 10**6))
