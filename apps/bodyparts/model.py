@@ -61,6 +61,10 @@ class BodyPartsForest(ImageClassificationForest):
         The probe family (offsets in pixels x mm; default reaches 0.6 m at the training focal length).
     n_trees, max_depth, n_candidates, class_weight, min_samples_leaf, random_state, n_jobs
         As for `ImageClassificationForest` (T, D, rho, ...).
+    max_samples : int, float or None
+        Pixels each tree grows on, drawn without replacement (a count or a share of the training pixels; None: all).
+        Shotton et al. train every tree on its own random images: at the same fit time per tree, the trees see
+        more bodies between them.
     bandwidth_mm : float
         Width of the mean-shift kernel over 3-D body points for joint proposals.
     vote_threshold : float
@@ -84,12 +88,12 @@ class BodyPartsForest(ImageClassificationForest):
                                                          "smoothing_mm": Real(0.0, 1e4)}
 
     def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
-                 n_candidates=200, class_weight=None, min_samples_leaf: int = 1, bandwidth_mm: float = 65.0,
-                 vote_threshold: float = 0.14, smoothing_mm: float = 30.0, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 n_candidates=200, class_weight=None, min_samples_leaf: int = 1, max_samples=None,
+                 bandwidth_mm: float = 65.0, vote_threshold: float = 0.14, smoothing_mm: float = 30.0,
+                 random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(features, n_trees=n_trees, max_depth=max_depth, n_candidates=n_candidates,
-                         class_weight=class_weight, min_samples_leaf=min_samples_leaf, random_state=random_state,
-                         n_jobs=n_jobs)
+                         class_weight=class_weight, min_samples_leaf=min_samples_leaf, max_samples=max_samples,
+                         random_state=random_state, n_jobs=n_jobs)
         self.bandwidth_mm = bandwidth_mm
         self.vote_threshold = vote_threshold
         self.smoothing_mm = smoothing_mm
