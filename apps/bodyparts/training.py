@@ -18,7 +18,7 @@ from imageforest.apps.bodyparts.datasets import DataSet, open_dataset
 from imageforest.apps.bodyparts.joints import propose_joints, true_part_posteriors
 from imageforest.apps.bodyparts.model import BodyPartsForest
 from imageforest.exceptions import InvalidInputError
-from imageforest.imaging.features import DepthProbes
+from imageforest.imaging.features import DepthProbes, reading_box
 
 RECIPE = {"n_trees": 3, "max_depth": 20, "n_candidates": 200, "pixels_per_image": 2000, "reach_m": 0.6,
           "min_samples_leaf": 1, "random_state": 0}
@@ -90,8 +90,10 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
             raise InvalidInputError(f"{sample.depth}: focal length {cam.fx:.1f} px differs from the first map's "
                                     f"{focal:.1f}; train on maps of one camera")
         yx, parts = sample_pixels(lab, pixels_per_image, rng)
-        depths.append(depth)
-        points.append(np.c_[np.full(len(parts), k), yx])
+        # Kept cut to the body (the probes read the same): a frame is mostly background, and thousands are held.
+        y0, y1, x0, x1 = reading_box(depth, yx)
+        depths.append(np.ascontiguousarray(depth[y0:y1, x0:x1]))
+        points.append(np.c_[np.full(len(parts), k), yx - (y0, x0)])
         labels.append(parts)
     pts, labs = np.concatenate(points), np.concatenate(labels)
     if np.unique(labs).size < 2:

@@ -39,6 +39,12 @@ class FeatureFamily(ABC):
     def sample(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
         """Draw candidate parameter rows, shape (n_sets, n_candidates, param_width), float64."""
 
+    def sample_draws(self, n_candidates: int) -> int | None:
+        """The 64-bit generator draws `sample` takes per set when sets can be drawn in pieces (`sample(rng, a + b,
+        rho)` equals `sample(rng, a, rho)` then `sample(rng, b, rho)`), so that the trainer draws a large level's
+        candidates chunk by chunk; None (the default) when they cannot."""
+        return None
+
     def training_data(self, data: Any) -> Any:
         """The layout of `data` that `responses` reads fastest; called once per fit (default: unchanged)."""
         return data

@@ -15,6 +15,7 @@ one (node, candidate) serially, so the model bytes depend on `random_state` only
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,12 +196,14 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
     return order[:bounds[-1]], wts[:bounds[-1]], bounds
 
 
-def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None) -> list[tuple[int, int]]:
+def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: int = 0) -> list[tuple[int, int]]:
     """Split the frontier into consecutive node ranges whose responses fit the budget (one node at least).
 
-    `breaks` (bool per node) marks nodes a chunk may start at (ferns: first node of a tree).
+    `breaks` (bool per node) marks nodes a chunk may start at (ferns: first node of a tree). `per_node`: float32
+    values each (node, candidate) pair holds besides its responses (thresholds, uniforms, gains), which outweigh the
+    responses on deep levels' few-point nodes.
     """
-    ends = np.cumsum(counts * rho)
+    ends = np.cumsum((counts + per_node) * rho)
     starts_ok = np.flatnonzero(breaks) if breaks is not None else None
     out = []
     a, n = 0, counts.size
@@ -322,12 +325,16 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             if fern:
                 # One test per tree and level: candidates drawn per tree, shared by the tree's nodes.
                 trees_here, node_set = np.unique(f_tree[sp], return_inverse=True)
-                cand = family.sample(rng, trees_here.size, rho)
-                u = rng.random((trees_here.size, rho, K)) if K is not None else None
+                n_sets, lazy = trees_here.size, False
             else:
                 node_set = np.arange(sp.size)
-                cand = family.sample(rng, sp.size, rho)
-                u = rng.random((sp.size, rho, K)) if K is not None else None
+                # drawn chunk by chunk where chunks take the nodes in order; the fused search takes them whole
+                n_sets, lazy = sp.size, rows_matrix is None and choose is None
+            cand = LevelRows(rng, n_sets, lambda g, n: family.sample(g, n, rho),
+                             family.sample_draws(rho) if lazy else None)
+            u = None
+            if K is not None:
+                u = LevelRows(rng, n_sets, lambda g, n: g.random((n, rho, K)), rho * K if lazy else None)
             tie_u = rng.random(sp.size)
             sp_counts = counts[sp]
             breaks = None
@@ -336,17 +343,17 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 breaks[1:] = node_set[1:] != node_set[:-1]
             if rows_matrix is not None:
                 # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
-                rows = family.response_rows(cand)
-                table, thr = row_gain_table(rows_matrix, rows, u, order, wts, unit_weights, f_start[sp], f_end[sp],
-                                            configs, crit, src_labels, src_targets, per_position, n_blocks, q,
-                                            n_stats, reg, msl)
+                rows = family.response_rows(cand.whole())
+                table, thr = row_gain_table(rows_matrix, rows, u.whole(), order, wts, unit_weights, f_start[sp],
+                                            f_end[sp], configs, crit, src_labels, src_targets, per_position,
+                                            n_blocks, q, n_stats, reg, msl)
                 idx = np.arange(sp.size)
                 choice = _tie_broken_argmax(table.reshape(sp.size, -1), tie_u)
                 best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                 nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[sp], f_end[sp],
                                       rows_matrix, rows[idx, best_c], lo_b, hi_b, ok)
-                level.record(sp, ok, nl, cand[idx, best_c], lo_b, hi_b, best_gain)
+                level.record(sp, ok, nl, cand.whole()[idx, best_c], lo_b, hi_b, best_gain)
             else:
                 which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
                 if which is not None and (which.shape != (sp.size,) or which.min() < 0
@@ -361,7 +368,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                     group = np.arange(sp.size) if which is None else np.flatnonzero(which == g)
                     crit, n_blocks, q, n_stats = obj.criterion, obj.n_blocks, obj.q, obj.n_stats
                     labels, targets, reg, lifted = obj.labels, obj.targets, obj.reg, obj.lifted
-                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None):
+                    # per pair: K float64 uniforms, K float32 thresholds, B ~ K float64 gains, a float32 range
+                    per_pair = 5 * K + 2 if K is not None else 4
+                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None, per_pair):
                         sel = group[a:b]
                         nodes = sp[sel]
                         idx = np.arange(b - a)
@@ -373,7 +382,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                         samples = order[positions]
                         pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
                         sets = node_set[sel]
-                        node_params = cand[sets]
+                        node_params = cand.rows(sets)
                         resp = family.responses(data, node_params, samples, pos_node)
                         w_pos = wts[positions]
                         # Gathering targets once per chunk turns every candidate's scan into sequential reads.
@@ -388,13 +397,14 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                                 # Responses of K random points of the node: thresholds follow the data's density
                                 # (where a uniform draw over [min, max] would mostly land between clusters, e.g.
                                 # air and tissue).
-                                pick = seg_start[:, None, None] + (u[sets] * c_counts[:, None, None]).astype(np.int64)
+                                share = u.rows(sets) * c_counts[:, None, None]
+                                pick = seg_start[:, None, None] + share.astype(np.int64)
                                 thr = resp[np.arange(rho)[None, :, None], pick]
                             else:
                                 lo, hi = segment_min_max(resp, seg_start, seg_end)
                                 if fern:
                                     lo, hi = _per_set_range(lo, hi, sets)
-                                thr = (lo[:, :, None] + u[sets] * (hi - lo)[:, :, None]).astype(np.float32)
+                                thr = (lo[:, :, None] + u.rows(sets) * (hi - lo)[:, :, None]).astype(np.float32)
                             thr.sort(axis=2)
                             if lifted is not None:  # whole statistics rows per point, read in place
                                 table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
@@ -455,6 +465,57 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     if loss_labels is not None:
         wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
     return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_arrays["start"], leaf_arrays["end"]))
+
+
+class LevelRows:
+    """A level's random table, n_rows rows of `draw(generator, n)`, as one ``draw(rng, n_rows)`` call makes it.
+
+    With `row_draws` (the 64-bit draws one row takes; None when `draw` cannot be split into pieces) and a generator
+    that can jump ahead (numpy's default PCG64), rows are drawn as chunks ask for them and forgotten once a chunk
+    starting further on asks; `rng` itself jumps past the whole table at once, so that later draws, and the model
+    bytes, are those of the single call. Chunks must then ask for non-decreasing rows. A deep level of a large fit
+    has hundreds of thousands of nodes: its candidates' and thresholds' tables would take gigabytes.
+    """
+
+    def __init__(self, rng: np.random.Generator, n_rows: int, draw, row_draws: int | None) -> None:
+        self.n_rows, self._draw = n_rows, draw
+        bits = rng.bit_generator
+        if row_draws is not None and hasattr(bits, "advance"):
+            self._source = np.random.Generator(copy.deepcopy(bits))
+            self._row_draws = int(row_draws)
+            bits.advance(n_rows * self._row_draws)
+            self._table = None
+        else:
+            self._source = None
+            self._table = draw(rng, n_rows)
+        self._first = 0  # row index of _rows[0]
+        self._rows = None
+
+    def whole(self) -> np.ndarray:
+        """The whole table (when lazy, only before any `rows` call)."""
+        if self._table is None:
+            if self._rows is not None:
+                raise RuntimeError("LevelRows.whole after rows")
+            self._table = self._draw(self._source, self.n_rows)
+        return self._table
+
+    def rows(self, sets: np.ndarray) -> np.ndarray:
+        """Rows `sets`, non-decreasing from one call to the next when lazy."""
+        if self._table is not None:
+            return self._table[sets]
+        first, stop = int(sets[0]), int(sets[-1]) + 1
+        if first < self._first:
+            raise RuntimeError("LevelRows asked out of order")
+        have = self._first if self._rows is None else self._first + self._rows.shape[0]
+        keep = None if self._rows is None or first >= have else self._rows[first - self._first:]
+        if first > have:  # rows nobody asks for still advance the source
+            self._source.bit_generator.advance((first - have) * self._row_draws)
+            have = first
+        if stop > have:
+            fresh = self._draw(self._source, stop - have)
+            keep = fresh if keep is None else np.concatenate([keep, fresh])
+        self._first, self._rows = first, keep
+        return self._rows[sets - first]
 
 
 class _Tables:

@@ -422,8 +422,20 @@ def _probe_responses(table, base, shape, points, params, samples, pos_set, backg
     return out
 
 
+def reading_box(depth: np.ndarray, yx: np.ndarray) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1): the smallest box of a depth map (height, width) holding its readings (> 0) and the pixels
+    `yx` (m, 2); outside it a probe reads the background as it would in the whole map (one pixel when empty)."""
+    rows = np.flatnonzero((depth > 0).any(axis=1))
+    cols = np.flatnonzero((depth > 0).any(axis=0))
+    ys = np.r_[rows[:1], rows[-1:], yx[:, 0]]
+    xs = np.r_[cols[:1], cols[-1:], yx[:, 1]]
+    if ys.size == 0:
+        return 0, 1, 0, 1
+    return int(ys.min()), int(ys.max()) + 1, int(xs.min()), int(xs.max()) + 1
+
+
 def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageStack, np.ndarray]:
-    """Each map cut to the box around its readings and its points, as float32 when that is exact.
+    """Each map cut to `reading_box` of its readings and its points, as float32 when that is exact.
 
     Probes read `background` outside a map and on its zeros alike, so the cut changes no response; it shrinks what
     training reads by 4-10x (a body fills a fraction of its frame), and float32 halves it again.
@@ -435,11 +447,8 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
     """
     n = stack.n_images
     img = points[:, 0].astype(np.int64)
-    counts = np.bincount(img, minlength=n)
-    first = np.full((n, 2), np.iinfo(np.int64).max)
-    last = np.full((n, 2), -1)
-    np.minimum.at(first, img, points[:, 2:4].astype(np.int64))
-    np.maximum.at(last, img, points[:, 2:4].astype(np.int64))
+    by_map = np.argsort(img, kind="stable")
+    bounds = np.searchsorted(img[by_map], np.arange(n + 1))
     exact = stack.table.astype(np.float32)
     if not np.array_equal(exact, stack.table):
         exact = stack.table
@@ -449,24 +458,17 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
     for k in range(n):
         ny, nx = int(stack.shape[k, 1]), int(stack.shape[k, 2])
         depth = exact[stack.base[k, 0]: stack.base[k, 0] + ny * nx].reshape(ny, nx)
-        rows = np.flatnonzero((depth > 0).any(axis=1))
-        cols = np.flatnonzero((depth > 0).any(axis=0))
-        y0 = min(rows[0] if rows.size else ny, first[k, 0] if counts[k] else ny)
-        y1 = max(rows[-1] + 1 if rows.size else 0, last[k, 0] + 1)
-        x0 = min(cols[0] if cols.size else nx, first[k, 1] if counts[k] else nx)
-        x1 = max(cols[-1] + 1 if cols.size else 0, last[k, 1] + 1)
-        if y1 <= y0 or x1 <= x0:  # nothing to read and no point here: keep one background pixel
-            y0, y1, x0, x1 = 0, 1, 0, 1
+        mine = by_map[bounds[k]:bounds[k + 1]]
+        y0, y1, x0, x1 = reading_box(depth, points[mine, 2:4])
         cut = np.ascontiguousarray(depth[y0:y1, x0:x1]).ravel()
         pieces.append(cut)
         bases[k, 0] = offset
         shapes[k] = (1, y1 - y0, x1 - x0)
         offset += cut.size
-        mine = img == k
         moved[mine, 2] -= y0
         moved[mine, 3] -= x0
-    table = np.concatenate(pieces)
-    return ImageStack(table, bases, shapes, stack.spacing.copy(), False), np.ascontiguousarray(moved, np.int32)
+    return (ImageStack(np.concatenate(pieces), bases, shapes, stack.spacing.copy(), False),
+            np.ascontiguousarray(moved, np.int32))
 
 
 @njit(cache=True, parallel=True)
@@ -551,6 +553,10 @@ class DepthProbes(FeatureFamily):
             unary = rng.random((n_sets, n_candidates)) < self.unary_fraction
             out[unary, 2:] = 0.0
         return out
+
+    def sample_draws(self, n_candidates):
+        # one uniform (one 64-bit draw) per offset; the unary draws follow the whole table, so not then
+        return 4 * n_candidates if self.unary_fraction == 0 else None
 
     def training_data(self, data):
         stack, points = data

@@ -138,3 +138,23 @@ def test_node_tables_grow_past_their_bound_and_keep_rows():
     head = t.head(4)
     assert head["a"].tolist() == [1, 2, 3, 4] and head["a"].dtype == np.int32
     assert head["b"].tolist() == [[1, 1], [1, 1], [1, 1], [7, 7]]
+
+
+def test_level_rows_drawn_in_pieces_are_the_single_call():
+    """A large level draws its candidates and thresholds chunk by chunk: the same numbers, and the generator left
+    where one call would leave it."""
+    from imageforest.forest.trainer import LevelRows
+
+    def draw(g, n):
+        return g.random((n, 3, 2))
+
+    whole_rng, lazy_rng = np.random.default_rng(11), np.random.default_rng(11)
+    whole = draw(whole_rng, 40)
+    after = whole_rng.random(5)
+    rows = LevelRows(lazy_rng, 40, draw, 6)
+    assert np.array_equal(lazy_rng.random(5), after)
+    for sets in (np.arange(0, 7), np.arange(5, 12), np.array([12, 12, 30]), np.arange(31, 40)):
+        assert np.array_equal(rows.rows(sets), whole[sets])
+    with pytest.raises(RuntimeError):
+        rows.rows(np.arange(0, 3))
+    assert np.array_equal(LevelRows(np.random.default_rng(11), 40, draw, None).rows(np.arange(3, 9)), whole[3:9])
