@@ -1,7 +1,7 @@
 """Hand parts on depth data we did not render (hand-depth-parts), beside scikit-learn and a small U-Net.
 
     python benchmarks/bodyparts/hands.py [../shared/data/hand-depth-parts] [--train-images 416] [--pixels 1500]
-        [--candidates 500] [--depth 22] [--trees 3] [--unet-minutes 15] [--no-unet] [--model-out M]
+        [--candidates 500] [--depth 22] [--trees 3] [--tree-share S] [--unet-minutes 15] [--no-unet] [--model-out M]
 
 The last 96 of the 512 maps are never trained on; every method trains on the first `--train-images`. Scores: mean
 per-part pixel accuracy over the 4 parts (forearm, palm, fingers, thumb) and overall pixel accuracy on the hand's
@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=500)
     ap.add_argument("--depth", type=int, default=22)
     ap.add_argument("--trees", type=int, default=3)
+    ap.add_argument("--tree-share", type=float, default=None, help="share of the pixels each tree grows on")
     ap.add_argument("--reach", type=float, default=2.0, help="probe reach (m at the default focal length)")
     ap.add_argument("--unet-minutes", type=float, default=15.0)
     ap.add_argument("--no-unet", action="store_true")
@@ -149,7 +150,8 @@ def main() -> None:
 
     (model, _), fit_s, fit_mem = measure(lambda: train_bodyparts(
         args.data, n_trees=args.trees, max_depth=args.depth, n_images=n_train, pixels_per_image=args.pixels,
-        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced", random_state=0))
+        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced", max_samples=args.tree_share,
+        random_state=0))
     if args.model_out is not None:
         model.save(args.model_out)
     conf, times = Confusion(4), []
@@ -159,7 +161,8 @@ def main() -> None:
         r = model.parse(d, joints=False)
         times.append(time.perf_counter() - t0)
         conf.add(lab, r.labels)
-    report(f"imageforest T={args.trees} D={args.depth} rho={args.candidates}", conf, 1e3 * np.median(times),
+    share = "" if args.tree_share is None else f" share={args.tree_share:g}"
+    report(f"imageforest T={args.trees} D={args.depth} rho={args.candidates}{share}", conf, 1e3 * np.median(times),
            f"fit {fit_s:.0f} s, peak MiB {mib(fit_mem)}")
 
     if not args.no_sklearn:
