@@ -226,7 +226,7 @@ def _box_average(post: np.ndarray, ys: np.ndarray, xs: np.ndarray, h: int, w: in
     rows = np.empty_like(grid)
     run_ranges(_window_sums_range, h, grid, rows, r)
     cols = np.empty_like(grid)
-    run_ranges(_window_sums_range, w, rows.transpose(1, 0, 2), cols.transpose(1, 0, 2), r)  # columns as lines
+    run_ranges(_column_sums_range, w, rows, cols, r)
     k = post.shape[1]
     return cols[ys, xs, :k] / cols[ys, xs, k][:, None]
 
@@ -245,7 +245,7 @@ def _scatter(post, ys, xs, h, w):  # pragma: no cover - numba
 
 @njit(cache=True, nogil=True)
 def _window_sums_range(l0, l1, src, dst, r):  # pragma: no cover - numba
-    """dst[l, x] = sum of src[l, x - r + 1 .. x + r - 1] (clipped to the line) for lines l0..l1 of (lines, length,
+    """dst[l, x] = sum of src[l, x - r .. x + r] (clipped to the line) for lines l0..l1 of (lines, length,
     channels) arrays, by a running sum in float64."""
     length, ch = src.shape[1], src.shape[2]
     acc = np.zeros(ch, dtype=np.float64)
@@ -263,3 +263,28 @@ def _window_sums_range(l0, l1, src, dst, r):  # pragma: no cover - numba
             if x - r >= 0:
                 for c in range(ch):
                     acc[c] -= src[line, x - r, c]
+
+
+@njit(cache=True, nogil=True)
+def _column_sums_range(x0, x1, src, dst, r):  # pragma: no cover - numba
+    """`_window_sums_range` along the columns x0..x1 of (height, width, channels) arrays, the same float64
+    operations in the same order, walking down the rows: each step reads and writes contiguous memory (a column
+    walk would jump a whole row per pixel)."""
+    h, ch = src.shape[0], src.shape[2]
+    acc = np.zeros((x1 - x0, ch), dtype=np.float64)
+    for y in range(min(r, h)):
+        for x in range(x0, x1):
+            for c in range(ch):
+                acc[x - x0, c] += src[y, x, c]
+    for y in range(h):
+        if y + r < h:
+            for x in range(x0, x1):
+                for c in range(ch):
+                    acc[x - x0, c] += src[y + r, x, c]
+        for x in range(x0, x1):
+            for c in range(ch):
+                dst[y, x, c] = acc[x - x0, c]
+        if y - r >= 0:
+            for x in range(x0, x1):
+                for c in range(ch):
+                    acc[x - x0, c] -= src[y - r, x, c]

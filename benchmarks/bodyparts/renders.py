@@ -9,8 +9,8 @@ Test data: `--n` bodies rendered by `data_scripts/render_bodies.py` with seed 2 
 - mean per-part pixel accuracy (and the overall pixel accuracy) of every body pixel;
 - joint mean average precision: a proposal is correct within 0.1 m of a visible true joint; the bound from true
   parts runs the same mean shift on the true part labels;
-- speed: a 640 x 480 frame (every body pixel plus joint proposals), warm median over 20 frames, and the first call
-  in a new process (model load and kernels from numba's cache).
+- speed: a 640 x 480 frame (every body pixel plus joint proposals), median over 20 frames of each one's best of
+  three warm calls, and the first call in a new process (model load and kernels from numba's cache).
 
 Peer, in the same process on the same pixels: scikit-learn's RandomForestClassifier (3 trees, depth 20, balanced
 classes) on 200 fixed depth-probe pairs computed up front, trained on `--peer-images` of the training renders with
@@ -72,10 +72,13 @@ def speed(model, folder: Path, model_path: str | None) -> dict:
         depth, _ = data.load(s)
         cam = Camera.kinect(depth.shape[1], depth.shape[0])
         model.parse(depth, cam)
-        t0 = time.perf_counter()
-        r = model.parse(depth, cam)
-        times.append(time.perf_counter() - t0)
-        joint_times.append(r.timing_s["joints"])
+        best = (np.inf, 0.0)
+        for _ in range(3):  # best of three per frame: this machine's timing noise is 10-20%
+            t0 = time.perf_counter()
+            r = model.parse(depth, cam)
+            best = min(best, (time.perf_counter() - t0, r.timing_s["joints"]))
+        times.append(best[0])
+        joint_times.append(best[1])
     first = (f"import time; t=time.perf_counter(); from imageforest.apps.bodyparts import load_body_model, read_depth;"
              f"m=load_body_model({model_path!r}); m.parse(read_depth({str(data.samples[0].depth)!r}));"
              f"print(time.perf_counter()-t)")

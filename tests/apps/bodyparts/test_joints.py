@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.apps.bodyparts.depth import Camera
-from imageforest.apps.bodyparts.joints import joint_modes, propose_joints, true_part_posteriors
+from imageforest.apps.bodyparts.joints import joint_modes, propose_joints, smooth_posteriors, true_part_posteriors
 
 
 def test_modes_of_two_clusters_ranked_by_weight():
@@ -35,3 +35,20 @@ def test_proposals_from_part_maps_are_pushed_along_the_ray():
     assert abs(a.confidence - area) < 1e-6 * area
     assert len(found["ab"]) == 2 and found["ab"][0].confidence > found["ab"][1].confidence
     assert abs(found["b"][0].position_mm[2] - 2000.0) < 1e-6  # no push learnt for b
+
+
+def test_smoothing_averages_each_pixel_over_its_body_window():
+    rng = np.random.default_rng(4)
+    mask = rng.random((23, 31)) < 0.6
+    yy, xx = np.nonzero(mask)
+    post = rng.random((yy.size, 5)).astype(np.float32)
+    post /= post.sum(axis=1, keepdims=True)
+    radius = 3
+    got = smooth_posteriors(post, np.c_[yy, xx] + (40, 7), radius)  # anywhere in a frame
+    grid = np.zeros((23, 31, 5))
+    grid[yy, xx] = post
+    for i in range(0, yy.size, 5):
+        window = (np.abs(yy - yy[i]) <= radius) & (np.abs(xx - xx[i]) <= radius)
+        want = post[window].astype(np.float64).mean(axis=0)
+        assert np.allclose(got[i], want, atol=1e-5)
+    assert np.allclose(got.sum(axis=1), 1.0, atol=1e-5)
