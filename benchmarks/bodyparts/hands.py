@@ -1,7 +1,7 @@
 """Hand parts on depth data we did not render (hand-depth-parts), beside scikit-learn and a small U-Net.
 
-    python benchmarks/bodyparts/hands.py [../shared/data/hand-depth-parts] [--train-images 416] [--pixels 1500]
-        [--candidates 500] [--depth 22] [--trees 3] [--tree-share S] [--unet-minutes 15] [--no-unet] [--model-out M]
+    python benchmarks/bodyparts/hands.py [../shared/data/hand-depth-parts] [--train-images 416] [--pixels 3000]
+        [--candidates 500] [--depth 22] [--trees 6] [--tree-share 0.5] [--unet-minutes 15] [--no-unet] [--model-out M]
 
 The last 96 of the 512 maps are never trained on; every method trains on the first `--train-images`. Scores: mean
 per-part pixel accuracy over the 4 parts (forearm, palm, fingers, thumb) and overall pixel accuracy on the hand's
@@ -128,11 +128,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--train-images", type=int, default=416)
-    ap.add_argument("--pixels", type=int, default=1500)
+    ap.add_argument("--pixels", type=int, default=3000)
     ap.add_argument("--candidates", type=int, default=500)
     ap.add_argument("--depth", type=int, default=22)
-    ap.add_argument("--trees", type=int, default=3)
-    ap.add_argument("--tree-share", type=float, default=None, help="share of the pixels each tree grows on")
+    ap.add_argument("--trees", type=int, default=6)
+    ap.add_argument("--tree-share", type=float, default=0.5, help="share of the pixels each tree grows on (1: all)")
     ap.add_argument("--reach", type=float, default=2.0, help="probe reach (m at the default focal length)")
     ap.add_argument("--unet-minutes", type=float, default=15.0)
     ap.add_argument("--no-unet", action="store_true")
@@ -150,7 +150,8 @@ def main() -> None:
 
     (model, _), fit_s, fit_mem = measure(lambda: train_bodyparts(
         args.data, n_trees=args.trees, max_depth=args.depth, n_images=n_train, pixels_per_image=args.pixels,
-        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced", max_samples=args.tree_share,
+        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced",
+        max_samples=None if args.tree_share >= 1 else args.tree_share,
         random_state=0))
     if args.model_out is not None:
         model.save(args.model_out)
@@ -161,7 +162,7 @@ def main() -> None:
         r = model.parse(d, joints=False)
         times.append(time.perf_counter() - t0)
         conf.add(lab, r.labels)
-    share = "" if args.tree_share is None else f" share={args.tree_share:g}"
+    share = f" share={args.tree_share:g}"
     report(f"imageforest T={args.trees} D={args.depth} rho={args.candidates}{share}", conf, 1e3 * np.median(times),
            f"fit {fit_s:.0f} s, peak MiB {mib(fit_mem)}")
 
