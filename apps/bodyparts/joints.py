@@ -180,13 +180,10 @@ def propose_joints(probabilities: np.ndarray, pixels: np.ndarray, depth_mm: np.n
         keep = np.flatnonzero(p > threshold)
         modes, conf = joint_modes(pts[keep], p[keep] * area_cm2[keep], bandwidth_mm, max_proposals)
         push = float(push_mm.get(joint, 0.0))
-        props = []
-        for m, c in zip(modes, conf, strict=True):
-            pos = m * (1.0 + push / m[2])  # along the ray through the mode, `push` mm deeper
-            u, v = camera.project(pos[None])[0]
-            props.append(JointProposal((float(pos[0]), float(pos[1]), float(pos[2])), (float(u), float(v)),
-                                       float(c)))
-        out[joint] = props
+        pos = modes * (1.0 + push / modes[:, 2:3])  # along the ray through each mode, `push` mm deeper
+        uv = camera.project(pos)
+        out[joint] = [JointProposal((float(p[0]), float(p[1]), float(p[2])), (float(u), float(v)), float(c))
+                      for p, (u, v), c in zip(pos, uv, conf, strict=True)]
     return out
 
 
@@ -227,8 +224,19 @@ def _box_average(post: np.ndarray, ys: np.ndarray, xs: np.ndarray, h: int, w: in
     run_ranges(_window_sums_range, h, grid, rows, r)
     cols = np.empty_like(grid)
     run_ranges(_column_sums_range, w, rows, cols, r)
-    k = post.shape[1]
-    return cols[ys, xs, :k] / cols[ys, xs, k][:, None]
+    return _gather_averages(cols, ys, xs, post.shape[1])
+
+
+@njit(cache=True, nogil=True)
+def _gather_averages(sums, ys, xs, k):  # pragma: no cover - numba
+    """(n, k) float32: each point's window sums over its window's body-pixel count (the last channel)."""
+    n = ys.shape[0]
+    out = np.empty((n, k), dtype=np.float32)
+    for i in range(n):
+        count = sums[ys[i], xs[i], k]
+        for c in range(k):
+            out[i, c] = sums[ys[i], xs[i], c] / count
+    return out
 
 
 @njit(cache=True, nogil=True)

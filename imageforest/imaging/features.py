@@ -37,13 +37,16 @@ if TYPE_CHECKING:  # scipy.ndimage (the filter bank's engine) costs start-up; im
     from imageforest.imaging.filters import FilterBank
 
 
+_FLOAT32_EXACT = tuple(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.float32))
+
+
 @dataclass
 class ImageStack:
     """Images prepared for lazy features.
 
     Attributes
     ----------
-    table : (total,) float64
+    table : (total,) float64 (or float32, see `from_images`)
         Every image's channels, flat: integral tables (box features) or raw values (depth probes).
     base : (n_images, n_channels) int64
         Where each image's channel starts in `table`.
@@ -70,12 +73,18 @@ class ImageStack:
         return int(self.base.shape[1])
 
     @classmethod
-    def from_images(cls, images, integral: bool, channels=None) -> ImageStack:
+    def from_images(cls, images, integral: bool, channels=None, exact_float32: bool = False) -> ImageStack:
         """Stack `images` (Image objects or arrays (z, y, x) / (y, x)); `channels(image) -> list of arrays` adds
-        derived channels (e.g. a filter bank); by default the image itself is the only channel."""
+        derived channels (e.g. a filter bank); by default the image itself is the only channel. With
+        `exact_float32`, raw tables are float32 when every image's type holds only float32 numbers (8- and 16-bit
+        integers, float32): the same values in half the memory."""
         images = [images] if isinstance(images, (Image, np.ndarray)) else list(images)
         if not images:
             raise InvalidInputError("no images given")
+        raw_type = np.float64
+        if exact_float32 and not integral and channels is None and all(
+                np.asarray(im.array if isinstance(im, Image) else im).dtype in _FLOAT32_EXACT for im in images):
+            raw_type = np.float32
         pieces, bases, shapes, spacings = [], [], [], []
         offset = 0
         for k, im in enumerate(images):
@@ -84,7 +93,7 @@ class ImageStack:
                                                       for c in channels(im)]
             row = []
             for ch in chans:
-                data = integral_image(ch).ravel() if integral else np.ascontiguousarray(ch, np.float64).ravel()
+                data = integral_image(ch).ravel() if integral else np.ascontiguousarray(ch, raw_type).ravel()
                 row.append(offset)
                 pieces.append(data)
                 offset += data.size
@@ -540,7 +549,8 @@ class DepthProbes(FeatureFamily):
         self.offset_scale = float(offset_scale)
 
     def prepare(self, images, channels=None) -> ImageStack:
-        stack = ImageStack.from_images(images, integral=False)
+        # depth in mm as 16-bit integers or float32 (a frame as read): float32 tables, the same values read
+        stack = ImageStack.from_images(images, integral=False, exact_float32=True)
         if np.any(stack.shape[:, 0] != 1):
             raise InvalidInputError("depth probes read 2-D depth maps")
         return stack

@@ -21,7 +21,9 @@ def main() -> None:
     t0 = time.perf_counter()
     yy, xx = np.mgrid[:120, :160]
     depth = np.where(((yy - 60) / 45.0) ** 2 + ((xx - 80) / 15.0) ** 2 < 1, 2500.0, 0.0)  # a standing blob
-    load_body_model().parse(depth)
+    model = load_body_model()
+    model.parse(depth.astype(np.float32))  # maps as read (16-bit or float32 mm): float32 tables
+    model.parse(depth)  # float64 arrays from a pipeline
     print(f"body-parts kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
