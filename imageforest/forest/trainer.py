@@ -470,8 +470,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 class LevelRows:
     """A level's random table, n_rows rows of `draw(generator, n)`, as one ``draw(rng, n_rows)`` call makes it.
 
-    With `row_draws` (the 64-bit draws one row takes; None when `draw` cannot be split into pieces) and a generator
-    that can jump ahead (numpy's default PCG64), rows are drawn as chunks ask for them and forgotten once a chunk
+    With `row_draws` (the 64-bit draws one row takes; None when `draw` cannot be split into pieces) and a PCG64
+    generator (numpy's default, which can jump ahead), rows are drawn as chunks ask for them and forgotten once a chunk
     starting further on asks; `rng` itself jumps past the whole table at once, so that later draws, and the model
     bytes, are those of the single call. Chunks must then ask for non-decreasing rows. A deep level of a large fit
     has hundreds of thousands of nodes: its candidates' and thresholds' tables would take gigabytes.
@@ -480,7 +480,8 @@ class LevelRows:
     def __init__(self, rng: np.random.Generator, n_rows: int, draw, row_draws: int | None) -> None:
         self.n_rows, self._draw = n_rows, draw
         bits = rng.bit_generator
-        if row_draws is not None and hasattr(bits, "advance"):
+        # PCG64's jump counts 64-bit outputs, one per float64 uniform (Philox's counts blocks of four)
+        if row_draws is not None and isinstance(bits, (np.random.PCG64, np.random.PCG64DXSM)):
             self._source = np.random.Generator(copy.deepcopy(bits))
             self._row_draws = int(row_draws)
             bits.advance(n_rows * self._row_draws)

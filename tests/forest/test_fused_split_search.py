@@ -158,3 +158,6 @@ def test_level_rows_drawn_in_pieces_are_the_single_call():
     with pytest.raises(RuntimeError):
         rows.rows(np.arange(0, 3))
     assert np.array_equal(LevelRows(np.random.default_rng(11), 40, draw, None).rows(np.arange(3, 9)), whole[3:9])
+    philox = np.random.Generator(np.random.Philox(11))  # jumps in blocks of four draws: drawn whole
+    other = np.random.Generator(np.random.Philox(11))
+    assert np.array_equal(LevelRows(philox, 40, draw, 6).rows(np.arange(2, 5)), draw(other, 40)[2:5])
