@@ -403,8 +403,9 @@ def _probe_responses(table, base, shape, points, params, samples, pos_set, backg
     """Responses (rho, M) float32; positions are visited in the order `visit` (a permutation of 0..M-1).
 
     Deep levels' nodes hold a few points from many maps: visiting positions grouped by map keeps one map's
-    neighbourhood in cache for all its points and candidates (3x fewer cycles per response at deep levels than
-    node order). The reference depth and offset scale are read once per point, not per candidate.
+    neighbourhood in cache for all its points and candidates (with `cropped_depth_stack`'s maps, 12 ns per response
+    at deep levels of a body fit against 33 in node order on whole frames). The reference depth and offset scale
+    are read once per point, not per candidate.
     """
     m_total = samples.shape[0]
     rho = params.shape[1]
