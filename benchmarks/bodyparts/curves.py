@@ -62,10 +62,16 @@ def main() -> None:
         print(f"images {args.depth_images:5d} depth {depth:2d}: imageforest {acc:.3f} (fit {fit:.0f} s)  "
               f"scikit-learn {rf:.3f}", flush=True)
 
+    plot(rows, len(samples), args.depth_images, args.out)
+
+
+def plot(rows: dict[str, list[tuple[int, float, float]]], n_test: int, depth_images: int, out: Path) -> None:
+    """Both curves side by side: rows["images"] and rows["depth"] hold (x, imageforest, scikit-learn)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, key, label in ((axes[0], "images", "training maps (log)"), (axes[1], "depth", "tree depth D")):
@@ -77,12 +83,14 @@ def main() -> None:
         ax.grid(alpha=0.3)
         if key == "images":
             ax.set_xscale("log")
+            ax.set_xticks(r[:, 0], [f"{int(v):,}" for v in r[:, 0]])
+            ax.xaxis.set_minor_formatter(NullFormatter())
     axes[0].legend(fontsize=8)
-    axes[0].set_title(f"3 trees, depth 20; {len(samples)} held-out renders", fontsize=9)
-    axes[1].set_title(f"3 trees, {args.depth_images} training maps", fontsize=9)
+    axes[0].set_title(f"3 trees, depth 20; {n_test} held-out renders", fontsize=9)
+    axes[1].set_title(f"3 trees, {depth_images} training maps", fontsize=9)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f"-> {args.out}")
+    fig.savefig(out, dpi=110)
+    print(f"-> {out}")
 
 
 if __name__ == "__main__":
