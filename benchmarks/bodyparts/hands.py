@@ -150,8 +150,7 @@ def main() -> None:
 
     (model, _), fit_s, fit_mem = measure(lambda: train_bodyparts(
         args.data, n_trees=args.trees, max_depth=args.depth, n_images=n_train, pixels_per_image=args.pixels,
-        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced",
-        max_samples=None if args.tree_share >= 1 else args.tree_share,
+        n_candidates=args.candidates, reach_m=args.reach, class_weight="balanced", max_samples=args.tree_share,
         random_state=0))
     if args.model_out is not None:
         model.save(args.model_out)

@@ -459,9 +459,10 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
     img = points[:, 0].astype(np.int64)
     by_map = np.argsort(img, kind="stable")
     bounds = np.searchsorted(img[by_map], np.arange(n + 1))
-    exact = stack.table.astype(np.float32)
-    if not np.array_equal(exact, stack.table):
-        exact = stack.table
+    exact = stack.table
+    if exact.dtype != np.float32:  # `prepare` already stores maps read as 16-bit or float32 in float32
+        as32 = exact.astype(np.float32)
+        exact = as32 if np.array_equal(as32, exact) else exact
     pieces, bases, shapes = [], np.zeros((n, 1), np.int64), np.zeros((n, 3), np.int64)
     moved = points.copy()
     offset = 0
