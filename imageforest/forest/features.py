@@ -75,6 +75,11 @@ class FeatureFamily(ABC):
         """
         return None
 
+    def point_matrix(self, data: Any) -> np.ndarray | None:
+        """`response_matrix`'s transpose, (n_points, n_rows) float32 C-contiguous, when the data as given to the fit
+        (before `training_data`) already is it; None (the default) makes the trainer transpose the matrix."""
+        return None
+
     def response_rows(self, params: np.ndarray) -> np.ndarray:
         """The row of `response_matrix` each parameter row reads: (n_sets, rho) int64 from (n_sets, rho, width)."""
         raise NotImplementedError(f"{type(self).__name__} has no response matrix")

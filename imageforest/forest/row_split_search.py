@@ -7,10 +7,12 @@ gathers the feature into a small scratch buffer (min and max on the way), the K 
 uniforms the generic path uses, and `_bin_node` / `_score_configs` score it while the buffer is still in cache. The
 winning candidate's row is read once more by `partition_by_row`.
 
-Pairs are visited grouped by matrix row, so a thread gathers from one row (n_points floats, L2-sized for a few
-hundred thousand points) for a long stretch; at deep levels a node's points are scattered over the whole row and
-hopping between rows would miss cache on nearly every read. For the same reason labels and small targets travel
-with the order (`pos_labels`, `pos_targets`, moved by the partition) instead of being read through it.
+Pairs of large nodes are visited grouped by matrix row, so a thread gathers from one row (n_points floats, L2-sized
+for a few hundred thousand points) for a long stretch. Small nodes, the bulk of a deep level's pairs, go node by node
+instead and read a point-major copy of the matrix: a node's rho candidates then share each point's cache lines, and
+its positions, labels, uniforms and gains are read once rather than in every row's sweep (2x faster on the deep
+levels of a 10-class fit). Labels and small targets travel with the order (`pos_labels`, `pos_targets`, moved by
+the partition) instead of being read through it.
 
 The results equal the generic path's bit for bit (same thresholds, same gains, same partition), so a seed still
 fixes the model bytes; tests compare the two.
@@ -27,23 +29,45 @@ from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
+# Nodes of at most this many points are searched node by node from the point-major matrix; larger ones row by row.
+POINT_ORDER_MAX = 64
+
 
 @njit(cache=True)
 def _pairs_by_row(rows):  # pragma: no cover - numba
     """Flat pair indices (s * rho + c) ordered by the row they read (counting sort, stable)."""
-    flat = rows.ravel()
+    return _visit_order(rows, np.ones(rows.shape[0], dtype=np.bool_))
+
+
+@njit(cache=True)
+def _visit_order(rows, by_row):  # pragma: no cover - numba
+    """Flat pair indices (s * rho + c): those of nodes with `by_row` ordered by the row they read (counting sort,
+    stable), then every other node's pairs in node order."""
+    n_nodes, rho = rows.shape
     n_rows = 1
-    for p in range(flat.shape[0]):
-        n_rows = max(n_rows, flat[p] + 1)
+    for s in range(n_nodes):
+        for c in range(rho):
+            n_rows = max(n_rows, rows[s, c] + 1)
     start = np.zeros(n_rows + 1, dtype=np.int64)
-    for p in range(flat.shape[0]):
-        start[flat[p] + 1] += 1
+    n_by_row = 0
+    for s in range(n_nodes):
+        if by_row[s]:
+            n_by_row += rho
+            for c in range(rho):
+                start[rows[s, c] + 1] += 1
     for d in range(n_rows):
         start[d + 1] += start[d]
-    perm = np.empty(flat.shape[0], dtype=np.int64)
-    for p in range(flat.shape[0]):
-        perm[start[flat[p]]] = p
-        start[flat[p]] += 1
+    perm = np.empty(n_nodes * rho, dtype=np.int64)
+    rest = n_by_row
+    for s in range(n_nodes):
+        for c in range(rho):
+            p = s * rho + c
+            if by_row[s]:
+                perm[start[rows[s, c]]] = p
+                start[rows[s, c]] += 1
+            else:
+                perm[rest] = p
+                rest += 1
     return perm
 
 
@@ -74,25 +98,39 @@ def _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targ
 
 
 @njit(cache=True, inline="always")
-def _prefix_sums(cum, ccount):  # pragma: no cover - numba
-    """Bins [1, K + 1] of a (K + 2, S) table become running sums (bins [i, j) then hold cum[j] - cum[i])."""
+def _prefix_sums(cum, ccount, width=-1):  # pragma: no cover - numba
+    """Bins [1, K + 1] of a (K + 2, S) table become running sums (bins [i, j) then hold cum[j] - cum[i]); only the
+    first `width` columns when given."""
+    n_cols = cum.shape[1] if width < 0 else width
     for b in range(1, cum.shape[0]):
         ccount[b] += ccount[b - 1]
-        for j in range(cum.shape[1]):
+        for j in range(n_cols):
             cum[b, j] += cum[b - 1, j]
 
 
 @njit(cache=True, inline="always")
-def _gather_and_draw(row, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
-    """Copy a node's responses row[order[a:a + n]] into vals[:n] and draw its K thresholds, ascending, into thr:
-    lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi and float64 u."""
+def _gather_and_draw(F, P, r, small, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
+    """Copy a node's responses F[r, order[a:a + n]] into vals[:n] and draw its K thresholds, ascending, into thr:
+    lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi and float64 u.
+
+    A `small` node reads the point-major copy P (P[i, r] == F[r, i]): its rho candidates then share each point's
+    cache lines, where rows of F would each cost a miss per point.
+    """
     lo = np.float32(np.inf)
     hi = np.float32(-np.inf)
-    for m in range(n):
-        v = row[np.uint64(order[a + m])]
-        vals[m] = v
-        lo = min(lo, v)
-        hi = max(hi, v)
+    if small:
+        for m in range(n):
+            v = P[np.uint64(order[a + m]), r]
+            vals[m] = v
+            lo = min(lo, v)
+            hi = max(hi, v)
+    else:
+        row = F[r]
+        for m in range(n):
+            v = row[np.uint64(order[a + m])]
+            vals[m] = v
+            lo = min(lo, v)
+            hi = max(hi, v)
     span = np.float64(np.float32(hi - lo))
     for j in range(u_sc.shape[0]):  # insertion sort: K is small, and a library sort call costs more than the scan
         t = np.float32(np.float64(lo) + u_sc[j] * span)
@@ -155,16 +193,21 @@ def _score_two_class(vals, n, t, labels, a, gini, min_samples_leaf, out, s, c): 
 
 
 @njit(cache=True, inline="always")
-def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, left, right, out, s,
+def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, width, parent, total, left, right, out, s,
                    c):  # pragma: no cover - numba
     """`_score_configs` for class-count rows, operation for operation (same gains), without the other criteria's
-    code: a first fit compiles only what its task needs. total, left, right: scratch rows of the class count."""
+    code: a first fit compiles only what its task needs.
+
+    The rows hold the node's `width` present classes in class order (a class absent from the node adds nothing to
+    either impurity, so skipping it keeps the gains' bits); parent: the node's impurity, or NaN to compute it from
+    the table. total, left, right: scratch rows of the class count.
+    """
     k = cum.shape[0] - 2
-    n_classes = cum.shape[1]
     n_total = ccount[k + 1]
-    for t in range(n_classes):
+    for t in range(width):
         total[t] = cum[k + 1, t]
-    parent = _class_impurity(total, n_classes, gini)
+    if parent != parent:
+        parent = _class_impurity(total, width, gini)
     for g in range(configs.shape[0]):
         i = configs[g, 0]
         j = configs[g, 1]
@@ -176,12 +219,133 @@ def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, 
         n_left = ccount[j] - ccount[i]
         if n_left < min_samples_leaf or n_total - n_left < min_samples_leaf:
             continue
-        for t in range(n_classes):
+        for t in range(width):
             left[t] = cum[j, t] - cum[i, t]
             right[t] = total[t] - left[t]
-        child = _class_impurity(left, n_classes, gini)
-        child += _class_impurity(right, n_classes, gini)
+        child = _class_impurity(left, width, gini)
+        child += _class_impurity(right, width, gini)
         out[s, c, g] = (parent - child) / w_node
+
+
+@njit(cache=True, inline="always")
+def _score_one_threshold(vals, n, t, clab, a, width, node_counts, gini, min_samples_leaf, parent, log_ratio, counts,
+                         left, right, out, s, c):  # pragma: no cover - numba
+    """Gain of the test f <= t on a node's gathered responses vals[:n] (one threshold, unit weights) into out[s, c, 0].
+
+    Counts only the right-going points per present class, in integers; the left side is the node's count minus
+    them. The class counts are exact either way, so the gain is `_score_classes`' on the one-threshold table, bit
+    for bit, without a bin table to clear, fill and sum per (node, candidate).
+    """
+    for t2 in range(width):
+        counts[t2] = 0
+    for m in range(n):
+        counts[clab[a + m]] += np.int64(t < vals[m])
+    n_right = 0
+    for t2 in range(width):
+        n_right += counts[t2]
+    n_left = n - n_right
+    if n_left < min_samples_leaf or n_right < min_samples_leaf:
+        return
+    for t2 in range(width):
+        right[t2] = np.float64(counts[t2])
+        left[t2] = np.float64(node_counts[t2] - counts[t2])
+    if gini:
+        child = _class_impurity(left, width, gini)
+        child += _class_impurity(right, width, gini)
+    else:
+        child = _count_entropy(left, width, log_ratio)
+        child += _count_entropy(right, width, log_ratio)
+    out[s, c, 0] = (parent - child) / np.float64(n)
+
+
+@njit(cache=True, inline="always")
+def _count_entropy(row, n, log_ratio):  # pragma: no cover - numba
+    """`_class_impurity`'s entropy of integer counts row[:n], operation for operation, with log(a / total) read from
+    `log_ratio` (`count_log_table`) for totals it holds: the same bits, without a log call per class."""
+    total = 0.0
+    for k in range(n):
+        total += row[k]
+    if total <= 0.0:
+        return 0.0
+    acc = 0.0
+    small = total < log_ratio.shape[0]
+    it = np.int64(total)
+    for k in range(n):
+        if row[k] > 0.0:
+            p = row[k] / total
+            acc -= p * (log_ratio[it, np.int64(row[k])] if small else math.log(p))
+    return total * acc
+
+
+@njit(cache=True)
+def _count_log_table(size):  # pragma: no cover - numba
+    table = np.zeros((size, size))
+    for total in range(1, size):
+        for a in range(1, total + 1):
+            table[total, a] = math.log(np.float64(a) / np.float64(total))
+    return table
+
+
+COUNT_LOG_SIZE = 64
+_count_logs: list[np.ndarray] = []
+
+
+def count_log_table() -> np.ndarray:
+    """(COUNT_LOG_SIZE, COUNT_LOG_SIZE) float64, [total, a] = log(a / total) as a kernel computes it, built once."""
+    if not _count_logs:
+        _count_logs.append(_count_log_table(COUNT_LOG_SIZE))
+    return _count_logs[0]
+
+
+def node_classes(labels, f_start, f_end, n_classes, gini, unit_weights):
+    """Each node's present classes: positions' labels renumbered within their node, and per-node tables.
+
+    Returns
+    -------
+    clab : (n_positions,) int8 or int32, position m's class among its node's present classes (class order); only
+        the nodes' positions are written
+    width : (n_nodes,) int64, classes present; offsets : (n_nodes,) int64, node s's counts at counts[offsets[s]:]
+    counts : (sum of the bounds,) int64, the node's points per present class
+    parent : (n_nodes,) float64, the node's impurity (unit weights), else NaN
+    """
+    n_nodes = f_start.shape[0]
+    bound = np.minimum(f_end - f_start, n_classes)
+    offsets = np.zeros(n_nodes, dtype=np.int64)
+    np.cumsum(bound[:-1], out=offsets[1:])
+    counts = np.empty(int(bound.sum()), dtype=np.int64)
+    small = n_classes <= np.iinfo(np.int8).max
+    clab = np.empty(labels.shape[0] if n_nodes else 0, dtype=np.int8 if small else np.int32)
+    width = np.empty(n_nodes, dtype=np.int64)
+    parent = np.full(n_nodes, np.nan)
+    run_ranges(_node_classes_range, n_nodes, labels, f_start, f_end, n_classes, gini, bool(unit_weights), clab, width,
+               offsets, counts, parent)
+    return clab, width, offsets, counts, parent
+
+
+@njit(cache=True, nogil=True)
+def _node_classes_range(s0, s1, labels, f_start, f_end, n_classes, gini, unit_weights, clab, width, offsets, counts,
+                        parent):  # pragma: no cover - numba
+    full = np.zeros(n_classes, dtype=np.int64)
+    index = np.empty(n_classes, dtype=np.int64)
+    row = np.empty(n_classes)
+    for s in range(s0, s1):
+        a = f_start[s]
+        e = f_end[s]
+        for m in range(a, e):
+            full[np.uint64(labels[m])] += 1
+        w = 0
+        for t in range(n_classes):
+            if full[t] > 0:
+                index[t] = w
+                counts[offsets[s] + w] = full[t]
+                row[w] = np.float64(full[t])
+                w += 1
+                full[t] = 0
+        width[s] = w
+        for m in range(a, e):
+            clab[m] = index[np.uint64(labels[m])]
+        if unit_weights:
+            parent[s] = _class_impurity(row, w, gini)
 
 
 @njit(cache=True, inline="always")
@@ -223,13 +387,14 @@ def _score_one_target(cum, ccount, w_node, configs, squared, reg, min_samples_le
         out[s, c, g] = (parent - child) / w_node
 
 
-def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
+def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
                    per_position, n_blocks, q, n_stats, reg, min_samples_leaf):
     """Gain of every (node, candidate, configuration) and the candidates' sorted thresholds.
 
     Parameters
     ----------
     F : (n_rows, n_points) float32, feature-major training matrix
+    P : (n_points, n_rows) float32, the same matrix point-major (C-contiguous)
     rows : (n_nodes, rho) int64, the row of F each candidate reads
     u : (n_nodes, rho, K) float64 uniforms; thresholds are lo + u (hi - lo) over the node's response range
     order, wts : the trainer's global point order (int32) and weights (float64)
@@ -248,18 +413,25 @@ def row_gain_table(F, rows, u, order, wts, unit_weights, f_start, f_end, configs
     out = np.full((n_nodes, rho, n_cfg), -np.inf)
     thresholds = np.empty((n_nodes, rho, k), dtype=np.float32)
     n_pairs = n_nodes * rho
-    perm = _pairs_by_row(rows)
+    # Large nodes' pairs grouped by row: a thread then reads one row of F (L2-sized) for a long stretch. Small nodes'
+    # points are scattered over every row: their pairs go node by node, reading P, so that a node's data is read
+    # once rather than once per candidate.
+    perm = _visit_order(rows, f_end - f_start > POINT_ORDER_MAX)
     n_work = min(n_pairs, N_WORK_BLOCKS)
-    common = (n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs)
+    common = (n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs)
     # The two commonest tasks, classification and one-target regression, each take a kernel of their own: a first
     # fit in a new environment compiles only its task's (the generic kernel holds every criterion's code).
     if per_position and criterion <= GINI:
         # Extremely randomized trees on two classes without weights take a scan with no bin tables: its
         # arithmetic is the bin table's + `_score_configs`' for one threshold, term by term (same gains).
-        two_class_ert = bool(unit_weights and k == 1 and n_stats == 2 and n_cfg == 1 and configs[0, 0] == 0
-                             and configs[0, 1] == 1)
-        run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, n_stats,
-                   criterion == GINI, min_samples_leaf, two_class_ert, out, thresholds)
+        one_threshold = bool(unit_weights and k == 1 and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
+        two_class_ert = one_threshold and n_stats == 2
+        # Deep nodes hold a few of many classes: tables and impurities run over the present ones only.
+        some = slice(0 if two_class_ert else None)  # the two-class scan reads the labels as they are
+        classes = node_classes(labels, f_start[some], f_end[some], n_stats, criterion == GINI, unit_weights)
+        run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, *classes, count_log_table(),
+                   n_stats,
+                   criterion == GINI, min_samples_leaf, two_class_ert, one_threshold, out, thresholds)
     elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
         run_ranges(_one_target_gain_blocks, n_work, *common, wts, bool(unit_weights), targets,
                    criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, out, thresholds)
@@ -282,40 +454,48 @@ def _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end):  # pragma: no
 
 
 @njit(cache=True, inline="always")
-def _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds):  # pragma: no cover - numba
+def _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr,
+               thresholds):  # pragma: no cover - numba
     """Pair perm[pp]: its node s, candidate c, the node's first position a and size n; the node's responses
     gathered into vals[:n] and the candidate's thresholds drawn into thr (and recorded in thresholds[s, c])."""
     s = perm[pp] // rho
     c = perm[pp] % rho
     a = f_start[s]
     n = f_end[s] - a
-    _gather_and_draw(F[rows[s, c]], order, a, n, u[s, c], vals, thr)
+    _gather_and_draw(F, P, rows[s, c], n <= POINT_ORDER_MAX, order, a, n, u[s, c], vals, thr)
     for j in range(thr.shape[0]):
         thresholds[s, c, j] = thr[j]
     return s, c, a, n
 
 
 @njit(cache=True, nogil=True)
-def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts,
-                       unit_weights, labels, n_classes, gini, min_samples_leaf, two_class_ert, out,
-                       thresholds):  # pragma: no cover - numba
-    """`row_gain_table`'s work blocks blk0..blk1 of n_work for class labels per position."""
+def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
+                       unit_weights, labels, clab, width, offsets, node_counts, parent, log_ratio, n_classes, gini,
+                       min_samples_leaf, two_class_ert, one_threshold, out, thresholds):  # pragma: no cover - numba
+    """`row_gain_table`'s work blocks blk0..blk1 of n_work for class labels per position (`node_classes`' tables:
+    clab .. parent)."""
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
         p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_classes))
         ccount = np.empty(k + 2, dtype=np.int64)
+        counts = np.empty(n_classes, dtype=np.int64)
         total = np.empty(n_classes)
         left = np.empty(n_classes)
         right = np.empty(n_classes)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
             if two_class_ert:
                 _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
                 continue
-            cum[:] = 0.0
+            w_cls = width[s]
+            if one_threshold:
+                _score_one_threshold(vals, n, thr[0], clab, a, w_cls, node_counts[offsets[s]:], gini,
+                                     min_samples_leaf, parent[s], log_ratio, counts, left, right, out, s, c)
+                continue
+            cum[:, :w_cls] = 0.0
             ccount[:] = 0
             w_node = 0.0
             for m in range(n):
@@ -324,16 +504,17 @@ def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_s
                 for j in range(k):  # branch-free bin count, as in `_bin_pair`
                     b += thr[j] < v
                 w = 1.0 if unit_weights else wts[a + m]
-                cum[b, np.uint64(labels[a + m])] += w
+                cum[b, np.uint64(clab[a + m])] += w
                 ccount[b] += 1
                 w_node += w
-            _prefix_sums(cum, ccount)
+            _prefix_sums(cum, ccount, w_cls)
             if w_node > 0.0:
-                _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, total, left, right, out, s, c)
+                _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, w_cls, parent[s], total, left,
+                               right, out, s, c)
 
 
 @njit(cache=True, nogil=True)
-def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts,
+def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
                             unit_weights, targets, squared, reg, min_samples_leaf, out,
                             thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 of n_work for one regression target per position."""
@@ -345,7 +526,7 @@ def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order
         ccount = np.empty(k + 2, dtype=np.int64)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
             cum[:] = 0.0
             ccount[:] = 0
             w_node = 0.0
@@ -368,7 +549,7 @@ def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order
 
 
 @njit(cache=True, nogil=True)
-def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_start, f_end, configs, wts, criterion,
+def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts, criterion,
                      labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf, out,
                      thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 of n_work for any criterion (the generic statistics rows)."""
@@ -384,7 +565,7 @@ def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_sta
         right = np.empty(n_stats)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
             w_node = _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q,
                                cum, ccount)
             if w_node > 0.0:
@@ -392,7 +573,7 @@ def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, rows, u, order, f_sta
                                total, left, right, out, s, c)
 
 
-def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, row, thr_lo, thr_hi,
+def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, P, row, thr_lo, thr_hi,
                      split):
     """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
 
@@ -402,16 +583,16 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     """
     n_nodes = f_start.shape[0]
     n_left = np.zeros(n_nodes, dtype=np.int64)
-    nodes = _pairs_by_row(row.reshape(-1, 1))
+    nodes = _visit_order(row.reshape(-1, 1), f_end - f_start > POINT_ORDER_MAX)
     n_work = min(n_nodes, N_WORK_BLOCKS)
     run_ranges(_partition_blocks, n_work, n_work, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
-               f_start, f_end, F, row, thr_lo, thr_hi, split, n_left)
+               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left)
     return n_left
 
 
 @njit(cache=True, nogil=True)
 def _partition_blocks(blk0, blk1, n_work, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
-                      F, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
+                      F, P, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
     """`partition_by_row`'s work blocks blk0..blk1 of n_work (nodes in row order)."""
     n_nodes = f_start.shape[0]
     move_labels = pos_labels.shape[0] > 0
@@ -433,14 +614,21 @@ def _partition_blocks(blk0, blk1, n_work, nodes, order, wts, move_weights, pos_l
                 continue
             g0 = f_start[s]
             n = f_end[s] - g0
-            feat = F[row[s]]
+            r = row[s]
             lo = thr_lo[s]
             hi = thr_hi[s]
             nl = 0
-            for m in range(n):
-                v = feat[np.uint64(order[g0 + m])]
-                go[m] = v > lo and v <= hi
-                nl += go[m]
+            if n <= POINT_ORDER_MAX:
+                for m in range(n):
+                    v = P[np.uint64(order[g0 + m]), r]
+                    go[m] = v > lo and v <= hi
+                    nl += go[m]
+            else:
+                feat = F[r]
+                for m in range(n):
+                    v = feat[np.uint64(order[g0 + m])]
+                    go[m] = v > lo and v <= hi
+                    nl += go[m]
             left = 0
             right = nl
             for m in range(n):

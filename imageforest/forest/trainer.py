@@ -252,7 +252,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     lifted = objective.lifted
 
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
-    data = family.training_data(data)
+    given, data = data, family.training_data(data)
     loss_labels = None
     if settings.loss is not None:
         loss_gradient(settings.loss, np.zeros(1))  # an unknown loss fails before growth
@@ -268,6 +268,10 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             and choose is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
+        points_matrix = family.point_matrix(given)
+        if points_matrix is None:
+            points_matrix = np.ascontiguousarray(rows_matrix.T)
+        del given
         # Labels and few targets travel with the order, so the fused search reads them sequentially; labels as int8
         # when they fit, and unit weights neither read nor moved (fewer bytes per candidate scan: 5-15% on deep
         # levels of the 200k x 50 benchmark).
@@ -344,15 +348,15 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             if rows_matrix is not None:
                 # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
                 rows = family.response_rows(cand.whole())
-                table, thr = row_gain_table(rows_matrix, rows, u.whole(), order, wts, unit_weights, f_start[sp],
-                                            f_end[sp], configs, crit, src_labels, src_targets, per_position,
-                                            n_blocks, q, n_stats, reg, msl)
+                table, thr = row_gain_table(rows_matrix, points_matrix, rows, u.whole(), order, wts, unit_weights,
+                                            f_start[sp], f_end[sp], configs, crit, src_labels, src_targets,
+                                            per_position, n_blocks, q, n_stats, reg, msl)
                 idx = np.arange(sp.size)
                 choice = _tie_broken_argmax(table.reshape(sp.size, -1), tie_u)
                 best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                 nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[sp], f_end[sp],
-                                      rows_matrix, rows[idx, best_c], lo_b, hi_b, ok)
+                                      rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
                 level.record(sp, ok, nl, cand.whole()[idx, best_c], lo_b, hi_b, best_gain)
             else:
                 which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)

@@ -322,6 +322,11 @@ class VectorFeatures(FeatureFamily):
     def response_matrix(self, data: np.ndarray) -> np.ndarray | None:
         return data if self.code == AXIS else None
 
+    def point_matrix(self, data: np.ndarray) -> np.ndarray | None:
+        ok = (self.code == AXIS and isinstance(data, np.ndarray) and data.dtype == np.float32
+              and data.flags.c_contiguous)
+        return data if ok else None
+
     def response_rows(self, params: np.ndarray) -> np.ndarray:
         return params[..., 0].astype(np.int64)
 
