@@ -26,41 +26,55 @@ def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.
     """Depth-first (preorder) position of every node, trees one after another, (n_nodes,) int64, and the leaves'
     node indices in that order, (n_leaves,) int32.
 
-    Level by level in numpy (one pass down for the levels, one up for subtree sizes, one down for positions):
-    O(depth) array operations and nothing to compile, which keeps a new process's first model load short.
-    Children must sit after their parent (checked by `ForestArrays.validate`); nodes shared between parents, or
-    unreachable from the roots, raise ModelFormatError.
+    Nodes shared between parents, stored before their parent, or unreachable from the roots raise
+    ModelFormatError.
     """
     n = child.shape[0]
     split = np.flatnonzero(child >= 0)
     kids = child[split].astype(np.int64)
+    if np.any(kids <= split) or np.any(kids + 1 >= n) or np.any((tree_root < 0) | (tree_root >= n)):
+        raise ModelFormatError("forest arrays: a child is stored before its parent, or a node lies outside the forest")
     parents = np.bincount(np.concatenate([kids, kids + 1]), minlength=n)
     expected = np.ones(n, dtype=np.int64)
     expected[tree_root] = 0
-    if parents.shape[0] != n or not np.array_equal(parents, expected) or np.unique(tree_root).size != tree_root.size:
+    if not np.array_equal(parents, expected) or np.unique(tree_root).size != tree_root.size:
         raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
     # every node has one parent stored before it, so following parents ends at a root: every node is reached once
-    levels = []
-    frontier = tree_root.astype(np.int64)
-    while frontier.size:
-        inner = frontier[child[frontier] >= 0]
-        levels.append(inner)
-        left = child[inner].astype(np.int64)
-        frontier = np.concatenate([left, left + 1])
+    return _preorder_kernel(child, tree_root.astype(np.int64))
+
+
+@njit(cache=True)
+def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
+    """`_preorder` of a checked forest: two sweeps over the nodes, whose parents sit before them."""
+    n = child.shape[0]
     size = np.ones(n, dtype=np.int64)
-    for inner in reversed(levels):
-        left = child[inner]
-        size[inner] = 1 + size[left] + size[left + 1]
+    for j in range(n - 1, -1, -1):  # children before parents: subtree sizes
+        c = child[j]
+        if c >= 0:
+            size[j] = 1 + size[c] + size[c + 1]
     pos = np.empty(n, dtype=np.int64)
-    pos[tree_root] = np.cumsum(size[tree_root]) - size[tree_root]
-    for inner in levels:
-        left = child[inner]
-        pos[left] = pos[inner] + 1
-        pos[left + 1] = pos[inner] + 1 + size[left]
-    # pos is a permutation of 0..n-1: invert it (a scatter) rather than sort the leaves by it
+    acc = 0
+    for t in range(tree_root.shape[0]):
+        pos[tree_root[t]] = acc
+        acc += size[tree_root[t]]
+    n_leaves = 0
+    for j in range(n):  # parents before children: positions
+        c = child[j]
+        if c >= 0:
+            pos[c] = pos[j] + 1
+            pos[c + 1] = pos[j] + 1 + size[c]
+        else:
+            n_leaves += 1
     in_preorder = np.empty(n, dtype=np.int64)
-    in_preorder[pos] = np.arange(n)
-    return pos, in_preorder[child[in_preorder] < 0].astype(np.int32)
+    for j in range(n):
+        in_preorder[pos[j]] = j
+    leaves = np.empty(n_leaves, dtype=np.int32)
+    k = 0
+    for p in range(n):
+        if child[in_preorder[p]] < 0:
+            leaves[k] = in_preorder[p]
+            k += 1
+    return pos, leaves
 
 
 def _axis_table_kernel(child, pos, dims, thr_lo, thr_hi):

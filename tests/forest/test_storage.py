@@ -19,3 +19,26 @@ def test_concatenated_forests_route_every_point_as_their_parts_did():
     a.family_.prepare_apply(joined)
     leaves = a.family_.apply(X, joined)
     assert np.array_equal(leaves, np.c_[a.apply(X), b.apply(X) + a.forest_.n_leaves])
+
+
+def test_depth_first_walk_refuses_malformed_structures():
+    """Children stored before their parent (a cycle), shared children and roots outside the forest end in a
+    ModelFormatError before any walk, never in a read outside the arrays."""
+    import pytest
+
+    from imageforest.exceptions import ModelFormatError
+    from imageforest.forest.storage import _preorder
+
+    good = np.array([1, -1, 3, -2, -3], dtype=np.int32)  # root 0 -> (1, 2); 2 -> (3, 4)
+    pos, leaves = _preorder(good, np.array([0], dtype=np.int32))
+    assert pos.tolist() == [0, 1, 2, 3, 4] and leaves.tolist() == [1, 3, 4]
+    for child, roots in (
+        (np.array([1, -1, 0, -2, -3], dtype=np.int32), [0]),  # node 2's children are 0 and 1: backwards
+        (np.array([1, 1, -1, -2], dtype=np.int32), [0]),  # node 1 is its own child
+        (np.array([1, -1, 1, -2, -3], dtype=np.int32), [0]),  # backwards, shared
+        (good, [7]),
+        (good, [-1]),
+        (np.array([1, -1, -2, -3], dtype=np.int32), [0]),  # node 3 has no parent and is no root
+    ):
+        with pytest.raises(ModelFormatError):
+            _preorder(child, np.array(roots, dtype=np.int32))
