@@ -387,6 +387,44 @@ def _score_one_target(cum, ccount, w_node, configs, squared, reg, min_samples_le
         out[s, c, g] = (parent - child) / w_node
 
 
+@njit(cache=True, inline="always")
+def _score_one_target_threshold(vals, n, t, targets, a, squared, reg, min_samples_leaf, out, s,
+                                c):  # pragma: no cover - numba
+    """Gain of the test f <= t on a node's gathered responses vals[:n] (one target, unit weights) into out[s, c, 0].
+
+    Each side's sums in registers, point after point in the order the bin table adds them (a side's sum adds a
+    signed zero for the other side's points, which leaves it unchanged), then `_score_one_target`'s arithmetic on
+    the one-threshold table: the same gains, bit for bit.
+    """
+    n_right = 0
+    l1 = 0.0
+    l2 = 0.0
+    r1 = 0.0
+    r2 = 0.0
+    for m in range(n):
+        g = t < vals[m]
+        n_right += g
+        y = targets[a + m, 0]
+        yy = y * y
+        gr = np.float64(g)
+        gl = 1.0 - gr
+        r1 += gr * y
+        r2 += gr * yy
+        l1 += gl * y
+        l2 += gl * yy
+    n_left = n - n_right
+    if n_left < min_samples_leaf or n_right < min_samples_leaf:
+        return
+    wl = np.float64(n_left)
+    w0 = wl + np.float64(n_right)
+    s10 = r1 + l1
+    s20 = r2 + l2
+    parent = _one_target_impurity(w0, s10, s20, squared, reg)
+    child = _one_target_impurity(wl, l1, l2, squared, reg)
+    child += _one_target_impurity(w0 - wl, s10 - l1, s20 - l2, squared, reg)
+    out[s, c, 0] = (parent - child) / w0
+
+
 def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
                    per_position, n_blocks, q, n_stats, reg, min_samples_leaf):
     """Gain of every (node, candidate, configuration) and the candidates' sorted thresholds.
@@ -421,10 +459,10 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
     common = (n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs)
     # The two commonest tasks, classification and one-target regression, each take a kernel of their own: a first
     # fit in a new environment compiles only its task's (the generic kernel holds every criterion's code).
+    # Extremely randomized trees without weights take scans with no bin tables: their arithmetic is the bin table's
+    # + `_score_configs`' for one threshold, term by term (same gains).
+    one_threshold = bool(unit_weights and k == 1 and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
     if per_position and criterion <= GINI:
-        # Extremely randomized trees on two classes without weights take a scan with no bin tables: its
-        # arithmetic is the bin table's + `_score_configs`' for one threshold, term by term (same gains).
-        one_threshold = bool(unit_weights and k == 1 and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
         two_class_ert = one_threshold and n_stats == 2
         # Deep nodes hold a few of many classes: tables and impurities run over the present ones only.
         some = slice(0 if two_class_ert else None)  # the two-class scan reads the labels as they are
@@ -434,7 +472,7 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
                    criterion == GINI, min_samples_leaf, two_class_ert, one_threshold, out, thresholds)
     elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
         run_ranges(_one_target_gain_blocks, n_work, *common, wts, bool(unit_weights), targets,
-                   criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, out, thresholds)
+                   criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, one_threshold, out, thresholds)
     else:
         run_ranges(_row_gain_blocks, n_work, *common, wts, criterion, labels, targets, bool(per_position), n_blocks,
                    q, n_stats, reg, min_samples_leaf, out, thresholds)
@@ -515,7 +553,7 @@ def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, 
 
 @njit(cache=True, nogil=True)
 def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
-                            unit_weights, targets, squared, reg, min_samples_leaf, out,
+                            unit_weights, targets, squared, reg, min_samples_leaf, one_threshold, out,
                             thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 of n_work for one regression target per position."""
     rho = u.shape[1]
@@ -527,6 +565,9 @@ def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, or
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
             s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            if one_threshold:
+                _score_one_target_threshold(vals, n, thr[0], targets, a, squared, reg, min_samples_leaf, out, s, c)
+                continue
             cum[:] = 0.0
             ccount[:] = 0
             w_node = 0.0

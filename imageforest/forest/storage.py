@@ -29,18 +29,40 @@ def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.
     Nodes shared between parents, stored before their parent, or unreachable from the roots raise
     ModelFormatError.
     """
-    n = child.shape[0]
-    split = np.flatnonzero(child >= 0)
-    kids = child[split].astype(np.int64)
-    if np.any(kids <= split) or np.any(kids + 1 >= n) or np.any((tree_root < 0) | (tree_root >= n)):
-        raise ModelFormatError("forest arrays: a child is stored before its parent, or a node lies outside the forest")
-    parents = np.bincount(np.concatenate([kids, kids + 1]), minlength=n)
-    expected = np.ones(n, dtype=np.int64)
-    expected[tree_root] = 0
-    if not np.array_equal(parents, expected) or np.unique(tree_root).size != tree_root.size:
-        raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
+    roots = tree_root.astype(np.int64)
+    problem = _structure_problem(child, roots)
+    if problem:
+        raise ModelFormatError(f"forest arrays: {problem}")
     # every node has one parent stored before it, so following parents ends at a root: every node is reached once
-    return _preorder_kernel(child, tree_root.astype(np.int64))
+    return _preorder_kernel(child, roots)
+
+
+@njit(cache=True)
+def _structure_problem_code(child, roots):  # pragma: no cover - numba
+    n = child.shape[0]
+    parents = np.zeros(n, dtype=np.int64)
+    for t in range(roots.shape[0]):
+        if roots[t] < 0 or roots[t] >= n:
+            return 1
+        parents[roots[t]] += 1  # a root counts as its own parent: every node then has exactly one
+    for j in range(n):
+        c = child[j]
+        if c >= 0:
+            if c <= j or c + 1 >= n:
+                return 1
+            parents[c] += 1
+            parents[c + 1] += 1
+    for j in range(n):
+        if parents[j] != 1:
+            return 2
+    return 0
+
+
+def _structure_problem(child: np.ndarray, roots: np.ndarray) -> str:
+    """Why `child` and `roots` are no forest whose nodes sit after their parent ('' when they are one)."""
+    code = _structure_problem_code(child, roots)
+    return ("", "a child is stored before its parent, or a node lies outside the forest",
+            "nodes are shared between parents or unreachable from the roots")[code]
 
 
 @njit(cache=True)
