@@ -31,18 +31,28 @@ from imageforest.kernels import njit
 
 # Nodes of at most this many points are searched node by node from the point-major matrix; larger ones row by row.
 POINT_ORDER_MAX = 64
+# A (node, candidate) pair's fixed cost in points scanned, for splitting the work into blocks of equal cost.
+PAIR_COST = 64
+# Ranges of work blocks per thread, taken by whichever thread is free (see `run_ranges`).
+CHUNKS_PER_THREAD = 8
 
 
 @njit(cache=True)
 def _pairs_by_row(rows):  # pragma: no cover - numba
     """Flat pair indices (s * rho + c) ordered by the row they read (counting sort, stable)."""
-    return _visit_order(rows, np.ones(rows.shape[0], dtype=np.bool_))
+    n_nodes = rows.shape[0]
+    return _visit_order(rows, np.ones(n_nodes, dtype=np.bool_), np.zeros(n_nodes, dtype=np.int64), 1, 1)[0]
 
 
 @njit(cache=True)
-def _visit_order(rows, by_row):  # pragma: no cover - numba
+def _visit_order(rows, by_row, sizes, n_work, pair_cost):  # pragma: no cover - numba
     """Flat pair indices (s * rho + c): those of nodes with `by_row` ordered by the row they read (counting sort,
-    stable), then every other node's pairs in node order."""
+    stable), then every other node's pairs in node order; and the bounds of n_work blocks of consecutive pairs
+    of about equal cost (a pair costs its node's points plus `pair_cost`), (n_work + 1,) int64.
+
+    Blocks of equal pair counts left one of two threads three times the other's work on a shallow level, where
+    node sizes differ by orders of magnitude.
+    """
     n_nodes, rho = rows.shape
     n_rows = 1
     for s in range(n_nodes):
@@ -59,7 +69,9 @@ def _visit_order(rows, by_row):  # pragma: no cover - numba
         start[d + 1] += start[d]
     perm = np.empty(n_nodes * rho, dtype=np.int64)
     rest = n_by_row
+    total = 0
     for s in range(n_nodes):
+        total += rho * (sizes[s] + pair_cost)
         for c in range(rho):
             p = s * rho + c
             if by_row[s]:
@@ -68,7 +80,19 @@ def _visit_order(rows, by_row):  # pragma: no cover - numba
             else:
                 perm[rest] = p
                 rest += 1
-    return perm
+    bounds = np.empty(n_work + 1, dtype=np.int64)
+    bounds[0] = 0
+    b = 1
+    acc = 0
+    for p in range(perm.shape[0]):
+        acc += sizes[perm[p] // rho] + pair_cost
+        while b < n_work and acc * n_work >= total * b:
+            bounds[b] = p + 1
+            b += 1
+    while b <= n_work:
+        bounds[b] = perm.shape[0]
+        b += 1
+    return perm, bounds
 
 
 @njit(cache=True)
@@ -454,9 +478,10 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
     # Large nodes' pairs grouped by row: a thread then reads one row of F (L2-sized) for a long stretch. Small nodes'
     # points are scattered over every row: their pairs go node by node, reading P, so that a node's data is read
     # once rather than once per candidate.
-    perm = _visit_order(rows, f_end - f_start > POINT_ORDER_MAX)
+    sizes = f_end - f_start
     n_work = min(n_pairs, N_WORK_BLOCKS)
-    common = (n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs)
+    perm, bounds = _visit_order(rows, sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
+    common = (bounds, perm, F, P, rows, u, order, f_start, f_end, configs)
     # The two commonest tasks, classification and one-target regression, each take a kernel of their own: a first
     # fit in a new environment compiles only its task's (the generic kernel holds every criterion's code).
     # Extremely randomized trees without weights take scans with no bin tables: their arithmetic is the bin table's
@@ -468,22 +493,23 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
         some = slice(0 if two_class_ert else None)  # the two-class scan reads the labels as they are
         classes = node_classes(labels, f_start[some], f_end[some], n_stats, criterion == GINI, unit_weights)
         run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, *classes, count_log_table(),
-                   n_stats,
-                   criterion == GINI, min_samples_leaf, two_class_ert, one_threshold, out, thresholds)
+                   n_stats, criterion == GINI, min_samples_leaf, two_class_ert, one_threshold, out, thresholds,
+                   chunks_per_thread=CHUNKS_PER_THREAD)
     elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
         run_ranges(_one_target_gain_blocks, n_work, *common, wts, bool(unit_weights), targets,
-                   criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, one_threshold, out, thresholds)
+                   criterion == SQUARED_ERROR, float(reg[0]), min_samples_leaf, one_threshold, out, thresholds,
+                   chunks_per_thread=CHUNKS_PER_THREAD)
     else:
         run_ranges(_row_gain_blocks, n_work, *common, wts, criterion, labels, targets, bool(per_position), n_blocks,
-                   q, n_stats, reg, min_samples_leaf, out, thresholds)
+                   q, n_stats, reg, min_samples_leaf, out, thresholds, chunks_per_thread=CHUNKS_PER_THREAD)
     return out, thresholds
 
 
 @njit(cache=True, inline="always")
-def _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end):  # pragma: no cover - numba
-    """Work block blk of n_work: its pairs perm[p0:p1] and a gather buffer for the largest node among them."""
-    p0 = blk * n_pairs // n_work
-    p1 = (blk + 1) * n_pairs // n_work
+def _block_pairs(blk, bounds, perm, rho, f_start, f_end):  # pragma: no cover - numba
+    """Work block blk: its pairs perm[p0:p1] and a gather buffer for the largest node among them."""
+    p0 = bounds[blk]
+    p1 = bounds[blk + 1]
     size = 1
     for pp in range(p0, p1):
         s = perm[pp] // rho
@@ -507,15 +533,15 @@ def _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr,
 
 
 @njit(cache=True, nogil=True)
-def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
+def _class_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
                        unit_weights, labels, clab, width, offsets, node_counts, parent, log_ratio, n_classes, gini,
                        min_samples_leaf, two_class_ert, one_threshold, out, thresholds):  # pragma: no cover - numba
-    """`row_gain_table`'s work blocks blk0..blk1 of n_work for class labels per position (`node_classes`' tables:
+    """`row_gain_table`'s work blocks blk0..blk1 for class labels per position (`node_classes`' tables:
     clab .. parent)."""
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
+        p0, p1, vals = _block_pairs(blk, bounds, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_classes))
         ccount = np.empty(k + 2, dtype=np.int64)
         counts = np.empty(n_classes, dtype=np.int64)
@@ -552,14 +578,14 @@ def _class_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, 
 
 
 @njit(cache=True, nogil=True)
-def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
+def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
                             unit_weights, targets, squared, reg, min_samples_leaf, one_threshold, out,
                             thresholds):  # pragma: no cover - numba
-    """`row_gain_table`'s work blocks blk0..blk1 of n_work for one regression target per position."""
+    """`row_gain_table`'s work blocks blk0..blk1 for one regression target per position."""
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
+        p0, p1, vals = _block_pairs(blk, bounds, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, 3))
         ccount = np.empty(k + 2, dtype=np.int64)
         thr = np.empty(k, dtype=np.float32)
@@ -590,14 +616,14 @@ def _one_target_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, or
 
 
 @njit(cache=True, nogil=True)
-def _row_gain_blocks(blk0, blk1, n_work, n_pairs, perm, F, P, rows, u, order, f_start, f_end, configs, wts, criterion,
+def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts, criterion,
                      labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf, out,
                      thresholds):  # pragma: no cover - numba
-    """`row_gain_table`'s work blocks blk0..blk1 of n_work for any criterion (the generic statistics rows)."""
+    """`row_gain_table`'s work blocks blk0..blk1 for any criterion (the generic statistics rows)."""
     rho = u.shape[1]
     k = u.shape[2]
     for blk in range(blk0, blk1):
-        p0, p1, vals = _block_pairs(blk, n_work, n_pairs, perm, rho, f_start, f_end)
+        p0, p1, vals = _block_pairs(blk, bounds, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_stats))
         ccount = np.empty(k + 2, dtype=np.int64)
         work = np.empty((max(q, 1), max(q, 1)))
@@ -624,23 +650,23 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     """
     n_nodes = f_start.shape[0]
     n_left = np.zeros(n_nodes, dtype=np.int64)
-    nodes = _visit_order(row.reshape(-1, 1), f_end - f_start > POINT_ORDER_MAX)
+    sizes = f_end - f_start
     n_work = min(n_nodes, N_WORK_BLOCKS)
-    run_ranges(_partition_blocks, n_work, n_work, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
-               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left)
+    nodes, bounds = _visit_order(row.reshape(-1, 1), sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
+    run_ranges(_partition_blocks, n_work, bounds, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
+               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, chunks_per_thread=CHUNKS_PER_THREAD)
     return n_left
 
 
 @njit(cache=True, nogil=True)
-def _partition_blocks(blk0, blk1, n_work, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
+def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
                       F, P, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
-    """`partition_by_row`'s work blocks blk0..blk1 of n_work (nodes in row order)."""
-    n_nodes = f_start.shape[0]
+    """`partition_by_row`'s work blocks blk0..blk1 (nodes nodes[bounds[blk]:bounds[blk + 1]] each)."""
     move_labels = pos_labels.shape[0] > 0
     move_targets = pos_targets.shape[0] > 0
     for blk in range(blk0, blk1):
-        s0 = blk * n_nodes // n_work
-        s1 = (blk + 1) * n_nodes // n_work
+        s0 = bounds[blk]
+        s1 = bounds[blk + 1]
         size = 1
         for i in range(s0, s1):
             size = max(size, f_end[nodes[i]] - f_start[nodes[i]])

@@ -10,6 +10,7 @@ and a model's bytes, do not depend on the thread count.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,8 +38,9 @@ def n_threads() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
-def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: int = 1) -> None:
-    """Run ``kernel(i0, i1, *args)`` over ``[0, n)`` split into one contiguous range per thread.
+def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: int = 1,
+               chunks_per_thread: int = 1) -> None:
+    """Run ``kernel(i0, i1, *args)`` over ``[0, n)`` split into contiguous ranges, on every thread at once.
 
     Parameters
     ----------
@@ -46,17 +48,30 @@ def run_ranges(kernel: Callable[..., Any], n: int, *args: Any, min_per_thread: i
     n : iterations of the loop
     min_per_thread : fewest iterations worth a thread of their own (below it a second thread costs more than it
         saves)
+    chunks_per_thread : 1 gives each thread one range (the static schedule ``prange`` used); more cut the loop
+        into that many ranges per thread, each taken by whichever thread is free next, for loops whose iterations
+        differ in cost (a thread held up by the machine then no longer holds the other one up). Which thread runs
+        a range never changes what it writes.
     """
     threads = min(n_threads(), max(1, n // max(1, min_per_thread)))
     if threads <= 1:
         if n > 0:
             kernel(0, n, *args)
         return
-    bounds = [t * n // threads for t in range(threads + 1)]
+    n_chunks = min(n, threads * max(1, chunks_per_thread))
+    bounds = [c * n // n_chunks for c in range(n_chunks + 1)]
+    taken = itertools.count()  # next() on it is atomic under the GIL
+
+    def work() -> None:
+        for c in taken:
+            if c >= n_chunks:
+                return
+            kernel(bounds[c], bounds[c + 1], *args)
+
     pool = _executor(threads - 1)
-    futures = [pool.submit(kernel, bounds[t], bounds[t + 1], *args) for t in range(1, threads)]
+    futures = [pool.submit(work) for _ in range(1, threads)]
     try:
-        kernel(bounds[0], bounds[1], *args)  # the calling thread takes the first range
+        work()  # the calling thread works too
     finally:
         for f in futures:
             f.result()
