@@ -84,6 +84,15 @@ class FeatureFamily(ABC):
         """The row of `response_matrix` each parameter row reads: (n_sets, rho) int64 from (n_sets, rho, width)."""
         raise NotImplementedError(f"{type(self).__name__} has no response matrix")
 
+    def sample_rows(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
+        """``response_rows(sample(rng, n_sets, n_candidates))`` from the same draws, (n_sets, rho) integers; a
+        family may draw them without building the parameter rows (a deep level has millions of sets)."""
+        return self.response_rows(self.sample(rng, n_sets, n_candidates))
+
+    def row_params(self, rows: np.ndarray) -> np.ndarray:
+        """The parameter rows, (m, param_width) float64, of candidates that read `rows` (m,) of the matrix."""
+        raise NotImplementedError(f"{type(self).__name__} has no response matrix")
+
     def prepare_apply(self, forest: ForestArrays) -> None:
         """Build (and cache on `forest`) the traversal table `apply` reads; called once after fit and load."""
         forest.packed()

@@ -56,11 +56,14 @@ def _visit_order(rows, by_row, sizes, n_work, pair_cost):  # pragma: no cover - 
     n_nodes, rho = rows.shape
     n_rows = 1
     for s in range(n_nodes):
-        for c in range(rho):
-            n_rows = max(n_rows, rows[s, c] + 1)
+        if by_row[s]:
+            for c in range(rho):
+                n_rows = max(n_rows, rows[s, c] + 1)
     start = np.zeros(n_rows + 1, dtype=np.int64)
     n_by_row = 0
+    total = 0
     for s in range(n_nodes):
+        total += rho * (sizes[s] + pair_cost)
         if by_row[s]:
             n_by_row += rho
             for c in range(rho):
@@ -69,9 +72,7 @@ def _visit_order(rows, by_row, sizes, n_work, pair_cost):  # pragma: no cover - 
         start[d + 1] += start[d]
     perm = np.empty(n_nodes * rho, dtype=np.int64)
     rest = n_by_row
-    total = 0
     for s in range(n_nodes):
-        total += rho * (sizes[s] + pair_cost)
         for c in range(rho):
             p = s * rho + c
             if by_row[s]:
@@ -84,11 +85,22 @@ def _visit_order(rows, by_row, sizes, n_work, pair_cost):  # pragma: no cover - 
     bounds[0] = 0
     b = 1
     acc = 0
-    for p in range(perm.shape[0]):
-        acc += sizes[perm[p] // rho] + pair_cost
+    p = 0
+    for q in range(n_by_row):  # pairs grouped by row, then the other nodes' pairs in node order
+        acc += sizes[perm[q] // rho] + pair_cost
+        p += 1
         while b < n_work and acc * n_work >= total * b:
-            bounds[b] = p + 1
+            bounds[b] = p
             b += 1
+    for s in range(n_nodes):
+        if by_row[s]:
+            continue
+        for _ in range(rho):
+            acc += sizes[s] + pair_cost
+            p += 1
+            while b < n_work and acc * n_work >= total * b:
+                bounds[b] = p
+                b += 1
     while b <= n_work:
         bounds[b] = perm.shape[0]
         b += 1
@@ -457,7 +469,7 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
     ----------
     F : (n_rows, n_points) float32, feature-major training matrix
     P : (n_points, n_rows) float32, the same matrix point-major (C-contiguous)
-    rows : (n_nodes, rho) int64, the row of F each candidate reads
+    rows : (n_nodes, rho) int32 or int64, the row of F each candidate reads
     u : (n_nodes, rho, K) float64 uniforms; thresholds are lo + u (hi - lo) over the node's response range
     order, wts : the trainer's global point order (int32) and weights (float64)
     unit_weights : every weight is 1 (no bagging or sample weights): the scan skips reading them

@@ -334,7 +334,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 node_set = np.arange(sp.size)
                 # drawn chunk by chunk where chunks take the nodes in order; the fused search takes them whole
                 n_sets, lazy = sp.size, rows_matrix is None and choose is None
-            cand = LevelRows(rng, n_sets, lambda g, n: family.sample(g, n, rho),
+            # with a response matrix, only the rows are drawn: the parameter rows of the chosen ones follow
+            draw = family.sample_rows if rows_matrix is not None else family.sample
+            cand = LevelRows(rng, n_sets, lambda g, n, draw=draw: draw(g, n, rho),
                              family.sample_draws(rho) if lazy else None)
             u = None
             if K is not None:
@@ -347,7 +349,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 breaks[1:] = node_set[1:] != node_set[:-1]
             if rows_matrix is not None:
                 # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
-                rows = family.response_rows(cand.whole())
+                rows = cand.whole()
                 table, thr = row_gain_table(rows_matrix, points_matrix, rows, u.whole(), order, wts, unit_weights,
                                             f_start[sp], f_end[sp], configs, crit, src_labels, src_targets,
                                             per_position, n_blocks, q, n_stats, reg, msl)
@@ -357,7 +359,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
                 nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[sp], f_end[sp],
                                       rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
-                level.record(sp, ok, nl, cand.whole()[idx, best_c], lo_b, hi_b, best_gain)
+                level.record(sp, ok, nl, family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
             else:
                 which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
                 if which is not None and (which.shape != (sp.size,) or which.min() < 0

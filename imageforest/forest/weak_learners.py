@@ -221,13 +221,14 @@ def _axis_walk_range(b0, b1, xf, width, n, flat, thr, tree_root, leaf_table, ave
 
 
 def partial_shuffle(u: np.ndarray, n: int) -> np.ndarray:
-    """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n).
+    """Distinct indices in [0, n) from uniforms u (n_sets, k) by a partial Fisher-Yates shuffle (k <= n): (n_sets, k)
+    int32 (int64 beyond its range).
 
     Each set starts from the identity permutation; the k swaps are undone afterwards instead of rebuilding the
     permutation, so a set costs O(k), not O(n) (millions of sets per deep forest). Sets are independent, so the
     result does not depend on the thread count.
     """
-    out = np.empty(u.shape, dtype=np.int64)
+    out = np.empty(u.shape, dtype=np.int32 if n <= np.iinfo(np.int32).max else np.int64)
     run_ranges(_partial_shuffle_range, u.shape[0], u, int(n), out, min_per_thread=4096)
     return out
 
@@ -289,11 +290,7 @@ class VectorFeatures(FeatureFamily):
         d = self.n_features
         out = np.zeros((n_sets, n_candidates, self.param_width))
         if self.code == AXIS:
-            k = min(n_candidates, d)
-            dims = partial_shuffle(rng.random((n_sets, k)), d)
-            if k < n_candidates:  # more candidates than features: repeat features (thresholds still differ)
-                dims = np.tile(dims, (1, -(-n_candidates // k)))[:, :n_candidates]
-            out[:, :, 0] = dims
+            out[:, :, 0] = self.sample_rows(rng, n_sets, n_candidates)
             return out
         flat = n_sets * n_candidates
         dims = partial_shuffle(rng.random((flat, 2)), d).reshape(n_sets, n_candidates, 2)
@@ -329,6 +326,21 @@ class VectorFeatures(FeatureFamily):
 
     def response_rows(self, params: np.ndarray) -> np.ndarray:
         return params[..., 0].astype(np.int64)
+
+    def sample_rows(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
+        if self.code != AXIS:
+            return super().sample_rows(rng, n_sets, n_candidates)
+        d = self.n_features
+        k = min(n_candidates, d)
+        dims = partial_shuffle(rng.random((n_sets, k)), d)
+        if k < n_candidates:  # more candidates than features: repeat features (thresholds still differ)
+            dims = np.tile(dims, (1, -(-n_candidates // k)))[:, :n_candidates]
+        return dims
+
+    def row_params(self, rows: np.ndarray) -> np.ndarray:
+        if self.code != AXIS:
+            return super().row_params(rows)
+        return np.asarray(rows, dtype=np.float64)[:, None]
 
     def prepare_apply(self, forest: ForestArrays) -> None:
         if self.code == AXIS:
