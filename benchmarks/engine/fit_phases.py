@@ -23,8 +23,8 @@ from imageforest import ClassificationForest, RegressionForest
 from imageforest.forest import trainer
 from imageforest.forest.weak_learners import VectorFeatures
 
-PHASES = {"segment_stats": "stats", "segment_class_counts": "stats", "row_gain_table": "search",
-          "binned_gain_table": "search", "exhaustive_best": "search",
+PHASES = {"segment_stats": "stats", "segment_class_counts": "stats", "segment_one_target_stats": "stats",
+          "row_gain_table": "search", "binned_gain_table": "search", "exhaustive_best": "search",
           "exhaustive_best_sorted": "search", "lifted_gain_table": "search",
           "partition_by_row": "partition", "partition_segments": "partition"}
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
-from imageforest.forest.objectives import GINI, NodeObjectives, Objective
+from imageforest.forest.objectives import GINI, MIXED, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
@@ -34,6 +34,7 @@ from imageforest.forest.split_search import (
     partition_segments,
     segment_class_counts,
     segment_min_max,
+    segment_one_target_stats,
     segment_stats,
     sorted_search_applies,
 )
@@ -307,6 +308,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
         if rows_matrix is not None and per_position and unit_weights and crit <= GINI:
             stats, counts = segment_class_counts(pos_labels, f_start, f_end, n_stats)
+        elif (rows_matrix is not None and per_position and unit_weights and n_blocks == 1 and q == 1
+              and crit != MIXED and n_stats == 3):
+            stats, counts = segment_one_target_stats(pos_targets, f_start, f_end)
         elif rows_matrix is not None and per_position:
             stats, counts = segment_stats(order, wts, f_start, f_end, crit, pos_labels, pos_targets, n_blocks, q,
                                           n_stats, True)
