@@ -44,6 +44,9 @@ from imageforest.kernels import njit
 
 # Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
 RESPONSE_BUDGET = 1 << 24
+# (node, candidate) pairs the fused search takes at once: its tables (uniforms, thresholds, gains, visiting order)
+# then stay a few MB each, small enough to be reused from the heap instead of being fresh pages every level.
+FUSED_PAIRS = 1 << 19
 # Regression targets with at most this many outputs are copied per chunk rather than read indirectly.
 GATHER_MAX_OUTPUTS = 8
 
@@ -336,8 +339,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 n_sets, lazy = trees_here.size, False
             else:
                 node_set = np.arange(sp.size)
-                # drawn chunk by chunk where chunks take the nodes in order; the fused search takes them whole
-                n_sets, lazy = sp.size, rows_matrix is None and choose is None
+                # drawn chunk by chunk where chunks take the nodes in order
+                n_sets, lazy = sp.size, choose is None
             # with a response matrix, only the rows are drawn: the parameter rows of the chosen ones follow
             draw = family.sample_rows if rows_matrix is not None else family.sample
             cand = LevelRows(rng, n_sets, lambda g, n, draw=draw: draw(g, n, rho),
@@ -352,18 +355,23 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 breaks = np.ones(sp.size, dtype=bool)
                 breaks[1:] = node_set[1:] != node_set[:-1]
             if rows_matrix is not None:
-                # Responses are rows of one matrix: search the whole level in one fused pass (no response table).
-                rows = cand.whole()
-                table, thr = row_gain_table(rows_matrix, points_matrix, rows, u.whole(), order, wts, unit_weights,
-                                            f_start[sp], f_end[sp], configs, crit, src_labels, src_targets,
-                                            per_position, n_blocks, q, n_stats, reg, msl)
-                idx = np.arange(sp.size)
-                choice = _tie_broken_argmax(table.reshape(sp.size, -1), tie_u)
-                best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
-                ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[sp], f_end[sp],
-                                      rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
-                level.record(sp, ok, nl, family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
+                # Responses are rows of one matrix: search in one fused pass (no response table), a bounded number
+                # of (node, candidate) pairs at a time: a deep level's tables would take gigabytes of fresh memory.
+                step = max(1, FUSED_PAIRS // rho)
+                for a in range(0, sp.size, step):
+                    sets = np.arange(a, min(a + step, sp.size))
+                    nodes = sp[sets]
+                    rows = cand.rows(sets)
+                    table, thr = row_gain_table(rows_matrix, points_matrix, rows, u.rows(sets), order, wts,
+                                                unit_weights, f_start[nodes], f_end[nodes], configs, crit, src_labels,
+                                                src_targets, per_position, n_blocks, q, n_stats, reg, msl)
+                    idx = np.arange(sets.size)
+                    choice = _tie_broken_argmax(table.reshape(sets.size, -1), tie_u[sets])
+                    best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
+                    ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
+                    nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[nodes],
+                                          f_end[nodes], rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
+                    level.record(nodes, ok, nl, family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
             else:
                 which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
                 if which is not None and (which.shape != (sp.size,) or which.min() < 0

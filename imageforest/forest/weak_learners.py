@@ -327,6 +327,10 @@ class VectorFeatures(FeatureFamily):
     def response_rows(self, params: np.ndarray) -> np.ndarray:
         return params[..., 0].astype(np.int64)
 
+    def sample_draws(self, n_candidates: int) -> int | None:
+        # an axis set takes one uniform per distinct feature; the other kinds' normal draws vary in count
+        return min(n_candidates, self.n_features) if self.code == AXIS else None
+
     def sample_rows(self, rng: np.random.Generator, n_sets: int, n_candidates: int) -> np.ndarray:
         if self.code != AXIS:
             return super().sample_rows(rng, n_sets, n_candidates)

@@ -161,3 +161,15 @@ def test_level_rows_drawn_in_pieces_are_the_single_call():
     philox = np.random.Generator(np.random.Philox(11))  # jumps in blocks of four draws: drawn whole
     other = np.random.Generator(np.random.Philox(11))
     assert np.array_equal(LevelRows(philox, 40, draw, 6).rows(np.arange(2, 5)), draw(other, 40)[2:5])
+
+
+@pytest.mark.parametrize("case", [0, 1, 6, 8, 10])
+def test_fused_search_in_small_pieces_grows_the_same_trees(case, monkeypatch):
+    """A deep level is searched a bounded number of pairs at a time, its candidates and thresholds drawn piece by
+    piece: the trees must be those of one piece per level."""
+    cls, y, settings = CASES[case]
+    whole = cls(n_trees=3, random_state=11, **settings).fit(X, y)
+    monkeypatch.setattr(trainer, "FUSED_PAIRS", 7)
+    pieces = cls(n_trees=3, random_state=11, **settings).fit(X, y)
+    for a, b in zip(_structure(whole), _structure(pieces), strict=True):
+        assert np.array_equal(a, b)
