@@ -5,16 +5,22 @@
 Phases: node statistics (per level), the split search (fused row search, binned table or exhaustive sort),
 candidates' responses (the generic path's gather), the partition, and the rest (per-level Python, draws, the
 leaf tables), timed by wrapping the trainer's kernels. Single configuration per line, 2 threads unless --threads.
+Every fit runs in a process of its own, so that neither library reuses memory the other one had the machine map
+(on a virtual machine, first-touched memory can cost more than the fit's arithmetic), and reports its peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
+import resource
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 from sklearn.datasets import make_classification, make_friedman1
 from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomForestClassifier, RandomForestRegressor
 
@@ -45,24 +51,54 @@ def instrument(totals: dict) -> None:
     VectorFeatures.responses = wrap(VectorFeatures.responses, "responses")
 
 
-def configs(n: int, trees: int, threads: int):
-    Xc, yc = make_classification(n, 50, n_informative=20, n_redundant=10, n_classes=2, random_state=0)
-    Xm, ym = make_classification(n, 50, n_informative=20, n_redundant=10, n_classes=3, random_state=0)
-    X10, y10 = make_classification(n, 50, n_informative=20, n_redundant=10, n_classes=10, random_state=0)
-    Xr, yr = make_friedman1(2 * n, n_features=10, noise=1.0, random_state=0)
+CONFIGS = ("ET 2 classes", "ET 3 classes", "ET 10 classes", "RF 2 classes", "ET regression", "RF regression")
+
+
+def config(name: str, n: int, trees: int, threads: int):
+    """Data and the two estimators of configuration `name`: X, y, ours, scikit-learn's."""
     clf = dict(n_trees=trees, n_candidates="sqrt", random_state=0, n_jobs=threads)
     skc = dict(n_estimators=trees, max_features="sqrt", random_state=0, n_jobs=threads)
     reg = dict(n_trees=trees, n_candidates=1.0, criterion="squared_error", leaf_model="constant", random_state=0,
                n_jobs=threads)
     skr = dict(n_estimators=trees, max_features=1.0, random_state=0, n_jobs=threads)
-    yield "ET 2 classes", Xc, yc, ClassificationForest(n_thresholds=1, **clf), ExtraTreesClassifier(**skc)
-    yield "ET 3 classes", Xm, ym, ClassificationForest(n_thresholds=1, **clf), ExtraTreesClassifier(**skc)
-    yield "ET 10 classes", X10, y10, ClassificationForest(n_thresholds=1, **clf), ExtraTreesClassifier(**skc)
-    yield "RF 2 classes", Xc, yc, ClassificationForest(n_thresholds=None, bootstrap=True, **clf), \
-        RandomForestClassifier(**skc)
-    yield "ET regression", Xr, yr, RegressionForest(n_thresholds=1, **reg), ExtraTreesRegressor(**skr)
-    yield "RF regression", Xr, yr, RegressionForest(n_thresholds=None, bootstrap=True, **reg), \
-        RandomForestRegressor(**skr)
+    if "regression" in name:
+        X, y = make_friedman1(2 * n, n_features=10, noise=1.0, random_state=0)
+        if name.startswith("ET"):
+            return X, y, RegressionForest(n_thresholds=1, **reg), ExtraTreesRegressor(**skr)
+        return X, y, RegressionForest(n_thresholds=None, bootstrap=True, **reg), RandomForestRegressor(**skr)
+    n_classes = int(name.split()[1])
+    X, y = make_classification(n, 50, n_informative=20, n_redundant=10, n_classes=n_classes, random_state=0)
+    if name.startswith("ET"):
+        return X, y, ClassificationForest(n_thresholds=1, **clf), ExtraTreesClassifier(**skc)
+    return X, y, ClassificationForest(n_thresholds=None, bootstrap=True, **clf), RandomForestClassifier(**skc)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def fit_once(name: str, library: str, n: int, trees: int, threads: int, criterion: str | None,
+             generic_exhaustive: bool) -> dict:
+    """One fit in this process (a fresh one): seconds, our phases, and the fit's peak memory above what the
+    process held before it (MB, from the peak resident size)."""
+    X, y, ours, theirs = config(name, n, trees, threads)
+    est = ours if library == "imageforest" else theirs
+    if criterion and "classes" in name:
+        est.set_params(criterion=criterion)
+    if generic_exhaustive:
+        trainer.sorted_search_applies = lambda *_: False
+    totals: dict = defaultdict(float)
+    instrument(totals)
+    est.fit(X[:2000], y[:2000])  # compile (and import) outside the timing
+    totals.clear()
+    before = _rss_mb()
+    t0 = time.perf_counter()
+    est.fit(X, y)
+    fit = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+    return dict(fit=fit, peak_mb=peak, data_mb=X.astype(np.float32).nbytes / 2**20,
+                phases=[totals[p] for p in ("stats", "search", "responses", "partition")])
 
 
 def main() -> None:
@@ -70,37 +106,31 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--trees", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--config", nargs="*", default=None, help="names to run (default: all)")
+    ap.add_argument("--config", nargs="*", default=None, help=f"names to run (default: all of {CONFIGS})")
     ap.add_argument("--criterion", choices=("gini", "entropy"), default=None,
                     help="classification criterion of both forests (default: each library's own, entropy for "
                          "imageforest and Gini for scikit-learn)")
     ap.add_argument("--generic-exhaustive", action="store_true",
                     help="exhaustive thresholds by the generic scorer (the search before the sorted one)")
     args = ap.parse_args()
-    if args.generic_exhaustive:
-        trainer.sorted_search_applies = lambda *_: False
-    totals: dict = defaultdict(float)
-    instrument(totals)
-    print(f"n = {args.n} (regression 2n), T = {args.trees}, {args.threads} threads; seconds")
+    print(f"n = {args.n} (regression 2n), T = {args.trees}, {args.threads} threads; seconds; every fit in a fresh "
+          "process; peak: MB above the process's size before the fit")
     print(f"{'configuration':<15} {'fit':>7} {'stats':>7} {'search':>7} {'resp':>7} {'part':>7} {'rest':>7} "
-          f"{'sklearn':>8} {'ratio':>6}")
-    for name, X, y, ours, theirs in configs(args.n, args.trees, args.threads):
+          f"{'sklearn':>8} {'ratio':>6} {'peak':>7} {'sk peak':>8} {'data':>6}")
+    spawn = multiprocessing.get_context("spawn")
+    for name in CONFIGS:
         if args.config and name not in args.config:
             continue
-        if args.criterion and isinstance(ours, ClassificationForest):
-            ours.set_params(criterion=args.criterion)
-            theirs.set_params(criterion=args.criterion)
-        ours.fit(X[:2000], y[:2000])  # compile outside the timing
-        totals.clear()
-        t0 = time.perf_counter()
-        ours.fit(X, y)
-        fit = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        theirs.fit(X, y)
-        peer = time.perf_counter() - t0
-        phases = [totals[p] for p in ("stats", "search", "responses", "partition")]
-        print(f"{name:<15} {fit:7.2f} " + " ".join(f"{p:7.2f}" for p in phases)
-              + f" {fit - sum(phases):7.2f} {peer:8.2f} {fit / peer:6.2f}", flush=True)
+        runs = {}
+        for library in ("imageforest", "sklearn"):
+            with spawn.Pool(1) as pool:
+                runs[library] = pool.apply(fit_once, (name, library, args.n, args.trees, args.threads,
+                                                      args.criterion, args.generic_exhaustive))
+        ours, peer = runs["imageforest"], runs["sklearn"]
+        phases = ours["phases"]
+        print(f"{name:<15} {ours['fit']:7.2f} " + " ".join(f"{p:7.2f}" for p in phases)
+              + f" {ours['fit'] - sum(phases):7.2f} {peer['fit']:8.2f} {ours['fit'] / peer['fit']:6.2f}"
+              + f" {ours['peak_mb']:7.0f} {peer['peak_mb']:8.0f} {ours['data_mb']:6.0f}", flush=True)
 
 
 if __name__ == "__main__":
