@@ -25,7 +25,12 @@ import math
 import numpy as np
 
 from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, _class_impurity, accumulate
-from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
+from imageforest.forest.split_search import (
+    N_WORK_BLOCKS,
+    _score_configs,
+    class_counts_into,
+    one_target_stats_into,
+)
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -35,6 +40,8 @@ POINT_ORDER_MAX = 64
 PAIR_COST = 64
 # Ranges of work blocks per thread, taken by whichever thread is free (see `run_ranges`).
 CHUNKS_PER_THREAD = 8
+# What `partition_by_row` sums for the children of the nodes it splits.
+NO_CHILD_STATS, CHILD_CLASS_COUNTS, CHILD_ONE_TARGET = 0, 1, 2
 
 
 @njit(cache=True)
@@ -653,11 +660,14 @@ def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_
 
 
 def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, P, row, thr_lo, thr_hi,
-                     split):
+                     split, child_row=None, child_stats=None, stats_kind=NO_CHILD_STATS):
     """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
 
     `order` moves, `wts` too unless they are all equal (`move_weights` False), and so do `pos_labels` /
     `pos_targets` when they are non-empty (per-position copies).
+    With `stats_kind` CHILD_CLASS_COUNTS or CHILD_ONE_TARGET, each split node's children's statistics rows (those
+    `segment_class_counts` / `segment_one_target_stats` give, bit for bit) go to child_stats[child_row[s]] (left)
+    and child_stats[child_row[s] + 1] (right), read while the moved points are still in cache.
     Returns the number of left points per node.
     """
     n_nodes = f_start.shape[0]
@@ -665,14 +675,20 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     sizes = f_end - f_start
     n_work = min(n_nodes, N_WORK_BLOCKS)
     nodes, bounds = _visit_order(row.reshape(-1, 1), sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
+    if child_stats is None or stats_kind == NO_CHILD_STATS:
+        child_row = np.zeros(0, dtype=np.int64)
+        child_stats = np.zeros((0, 1))
+        stats_kind = NO_CHILD_STATS
     run_ranges(_partition_blocks, n_work, bounds, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
-               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, chunks_per_thread=CHUNKS_PER_THREAD)
+               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, child_row, child_stats, stats_kind,
+               chunks_per_thread=CHUNKS_PER_THREAD)
     return n_left
 
 
 @njit(cache=True, nogil=True)
 def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
-                      F, P, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
+                      F, P, row, thr_lo, thr_hi, split, n_left, child_row, child_stats,
+                      stats_kind):  # pragma: no cover - numba
     """`partition_by_row`'s work blocks blk0..blk1 (nodes nodes[bounds[blk]:bounds[blk + 1]] each)."""
     move_labels = pos_labels.shape[0] > 0
     move_targets = pos_targets.shape[0] > 0
@@ -687,6 +703,7 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
         tmp_w = np.empty(size, dtype=wts.dtype)
         tmp_l = np.empty(size if move_labels else 0, dtype=pos_labels.dtype)
         tmp_t = np.empty((size if move_targets else 0, pos_targets.shape[1]), dtype=pos_targets.dtype)
+        tally = np.empty(child_stats.shape[1], dtype=np.int64)
         for i in range(s0, s1):
             s = nodes[i]
             if not split[s]:
@@ -734,3 +751,10 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
                     for j in range(pos_targets.shape[1]):
                         pos_targets[g0 + m, j] = tmp_t[m, j]
             n_left[s] = nl
+            r = child_row[s] if stats_kind != NO_CHILD_STATS else -1
+            if r >= 0 and stats_kind == CHILD_CLASS_COUNTS:
+                class_counts_into(pos_labels, g0, g0 + nl, tally, child_stats[r])
+                class_counts_into(pos_labels, g0 + nl, g0 + n, tally, child_stats[r + 1])
+            elif r >= 0 and stats_kind == CHILD_ONE_TARGET:
+                one_target_stats_into(pos_targets, g0, g0 + nl, child_stats[r])
+                one_target_stats_into(pos_targets, g0 + nl, g0 + n, child_stats[r + 1])
