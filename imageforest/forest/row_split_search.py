@@ -152,28 +152,18 @@ def _prefix_sums(cum, ccount, width=-1):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _gather_and_draw(F, P, r, small, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
-    """Copy a node's responses F[r, order[a:a + n]] into vals[:n] and draw its K thresholds, ascending, into thr:
-    lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi and float64 u.
-
-    A `small` node reads the point-major copy P (P[i, r] == F[r, i]): its rho candidates then share each point's
-    cache lines, where rows of F would each cost a miss per point.
+def _gather_and_draw(src, stride, offset, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
+    """Copy a node's responses src[order[a:a + n] * stride + offset] into vals[:n] and draw its K thresholds,
+    ascending, into thr: lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi
+    and float64 u. `src` is the response matrix flattened, feature-major or point-major (see `_next_pair`).
     """
     lo = np.float32(np.inf)
     hi = np.float32(-np.inf)
-    if small:
-        for m in range(n):
-            v = P[np.uint64(order[a + m]), r]
-            vals[m] = v
-            lo = min(lo, v)
-            hi = max(hi, v)
-    else:
-        row = F[r]
-        for m in range(n):
-            v = row[np.uint64(order[a + m])]
-            vals[m] = v
-            lo = min(lo, v)
-            hi = max(hi, v)
+    for m in range(n):
+        v = src[np.uint64(order[a + m]) * stride + offset]
+        vals[m] = v
+        lo = min(lo, v)
+        hi = max(hi, v)
     span = np.float64(np.float32(hi - lo))
     for j in range(u_sc.shape[0]):  # insertion sort: K is small, and a library sort call costs more than the scan
         t = np.float32(np.float64(lo) + u_sc[j] * span)
@@ -270,76 +260,6 @@ def _score_classes(cum, ccount, w_node, configs, gini, min_samples_leaf, width, 
         out[s, c, g] = (parent - child) / w_node
 
 
-@njit(cache=True, inline="always")
-def _score_one_threshold(vals, n, t, clab, a, width, node_counts, gini, min_samples_leaf, parent, log_ratio, counts,
-                         left, right, out, s, c):  # pragma: no cover - numba
-    """Gain of the test f <= t on a node's gathered responses vals[:n] (one threshold, unit weights) into out[s, c, 0].
-
-    Counts only the right-going points per present class, in integers; the left side is the node's count minus
-    them. The class counts are exact either way, so the gain is `_score_classes`' on the one-threshold table, bit
-    for bit, without a bin table to clear, fill and sum per (node, candidate).
-    """
-    for t2 in range(width):
-        counts[t2] = 0
-    for m in range(n):
-        counts[clab[a + m]] += np.int64(t < vals[m])
-    n_right = 0
-    for t2 in range(width):
-        n_right += counts[t2]
-    n_left = n - n_right
-    if n_left < min_samples_leaf or n_right < min_samples_leaf:
-        return
-    for t2 in range(width):
-        right[t2] = np.float64(counts[t2])
-        left[t2] = np.float64(node_counts[t2] - counts[t2])
-    if gini:
-        child = _class_impurity(left, width, gini)
-        child += _class_impurity(right, width, gini)
-    else:
-        child = _count_entropy(left, width, log_ratio)
-        child += _count_entropy(right, width, log_ratio)
-    out[s, c, 0] = (parent - child) / np.float64(n)
-
-
-@njit(cache=True, inline="always")
-def _count_entropy(row, n, log_ratio):  # pragma: no cover - numba
-    """`_class_impurity`'s entropy of integer counts row[:n], operation for operation, with log(a / total) read from
-    `log_ratio` (`count_log_table`) for totals it holds: the same bits, without a log call per class."""
-    total = 0.0
-    for k in range(n):
-        total += row[k]
-    if total <= 0.0:
-        return 0.0
-    acc = 0.0
-    small = total < log_ratio.shape[0]
-    it = np.int64(total)
-    for k in range(n):
-        if row[k] > 0.0:
-            p = row[k] / total
-            acc -= p * (log_ratio[it, np.int64(row[k])] if small else math.log(p))
-    return total * acc
-
-
-@njit(cache=True)
-def _count_log_table(size):  # pragma: no cover - numba
-    table = np.zeros((size, size))
-    for total in range(1, size):
-        for a in range(1, total + 1):
-            table[total, a] = math.log(np.float64(a) / np.float64(total))
-    return table
-
-
-COUNT_LOG_SIZE = 64
-_count_logs: list[np.ndarray] = []
-
-
-def count_log_table() -> np.ndarray:
-    """(COUNT_LOG_SIZE, COUNT_LOG_SIZE) float64, [total, a] = log(a / total) as a kernel computes it, built once."""
-    if not _count_logs:
-        _count_logs.append(_count_log_table(COUNT_LOG_SIZE))
-    return _count_logs[0]
-
-
 def node_classes(labels, f_start, f_end, n_classes, gini, unit_weights):
     """Each node's present classes: positions' labels renumbered within their node, and per-node tables.
 
@@ -347,26 +267,21 @@ def node_classes(labels, f_start, f_end, n_classes, gini, unit_weights):
     -------
     clab : (n_positions,) int8 or int32, position m's class among its node's present classes (class order); only
         the nodes' positions are written
-    width : (n_nodes,) int64, classes present; offsets : (n_nodes,) int64, node s's counts at counts[offsets[s]:]
-    counts : (sum of the bounds,) int64, the node's points per present class
-    parent : (n_nodes,) float64, the node's impurity (unit weights), else NaN
+    width : (n_nodes,) int64, classes present
+    parent : (n_nodes,) float64, the node's impurity (unit weights: the same for all its candidates), else NaN
     """
     n_nodes = f_start.shape[0]
-    bound = np.minimum(f_end - f_start, n_classes)
-    offsets = np.zeros(n_nodes, dtype=np.int64)
-    np.cumsum(bound[:-1], out=offsets[1:])
-    counts = np.empty(int(bound.sum()), dtype=np.int64)
     small = n_classes <= np.iinfo(np.int8).max
     clab = np.empty(labels.shape[0] if n_nodes else 0, dtype=np.int8 if small else np.int32)
     width = np.empty(n_nodes, dtype=np.int64)
     parent = np.full(n_nodes, np.nan)
     run_ranges(_node_classes_range, n_nodes, labels, f_start, f_end, n_classes, gini, bool(unit_weights), clab, width,
-               offsets, counts, parent)
-    return clab, width, offsets, counts, parent
+               parent)
+    return clab, width, parent
 
 
 @njit(cache=True, nogil=True)
-def _node_classes_range(s0, s1, labels, f_start, f_end, n_classes, gini, unit_weights, clab, width, offsets, counts,
+def _node_classes_range(s0, s1, labels, f_start, f_end, n_classes, gini, unit_weights, clab, width,
                         parent):  # pragma: no cover - numba
     full = np.zeros(n_classes, dtype=np.int64)
     index = np.empty(n_classes, dtype=np.int64)
@@ -380,7 +295,6 @@ def _node_classes_range(s0, s1, labels, f_start, f_end, n_classes, gini, unit_we
         for t in range(n_classes):
             if full[t] > 0:
                 index[t] = w
-                counts[offsets[s] + w] = full[t]
                 row[w] = np.float64(full[t])
                 w += 1
                 full[t] = 0
@@ -500,7 +414,8 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
     sizes = f_end - f_start
     n_work = min(n_pairs, N_WORK_BLOCKS)
     perm, bounds = _visit_order(rows, sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
-    common = (bounds, perm, F, P, rows, u, order, f_start, f_end, configs)
+    # both matrices flat: one gather loop reads either (a second loop doubled the kernels' compile time)
+    common = (bounds, perm, F.reshape(-1), P.reshape(-1), F.shape[0], rows, u, order, f_start, f_end, configs)
     # The two commonest tasks, classification and one-target regression, each take a kernel of their own: a first
     # fit in a new environment compiles only its task's (the generic kernel holds every criterion's code).
     # Extremely randomized trees without weights take scans with no bin tables: their arithmetic is the bin table's
@@ -511,8 +426,8 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
         # Deep nodes hold a few of many classes: tables and impurities run over the present ones only.
         some = slice(0 if two_class_ert else None)  # the two-class scan reads the labels as they are
         classes = node_classes(labels, f_start[some], f_end[some], n_stats, criterion == GINI, unit_weights)
-        run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, *classes, count_log_table(),
-                   n_stats, criterion == GINI, min_samples_leaf, two_class_ert, one_threshold, out, thresholds,
+        run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, *classes, n_stats,
+                   criterion == GINI, min_samples_leaf, two_class_ert, out, thresholds,
                    chunks_per_thread=CHUNKS_PER_THREAD)
     elif per_position and n_blocks == 1 and q == 1 and criterion != MIXED:
         run_ranges(_one_target_gain_blocks, n_work, *common, wts, bool(unit_weights), targets,
@@ -537,7 +452,7 @@ def _block_pairs(blk, bounds, perm, rho, f_start, f_end):  # pragma: no cover - 
 
 
 @njit(cache=True, inline="always")
-def _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr,
+def _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals, thr,
                thresholds):  # pragma: no cover - numba
     """Pair perm[pp]: its node s, candidate c, the node's first position a and size n; the node's responses
     gathered into vals[:n] and the candidate's thresholds drawn into thr (and recorded in thresholds[s, c])."""
@@ -545,16 +460,23 @@ def _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr,
     c = perm[pp] % rho
     a = f_start[s]
     n = f_end[s] - a
-    _gather_and_draw(F, P, rows[s, c], n <= POINT_ORDER_MAX, order, a, n, u[s, c], vals, thr)
+    r = rows[s, c]
+    if n <= POINT_ORDER_MAX:
+        # a small node reads the point-major copy: its rho candidates then share each point's cache lines, where
+        # rows of the feature-major matrix would each cost a miss per point
+        _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u[s, c], vals, thr)
+    else:
+        _gather_and_draw(F, np.uint64(1), np.uint64(r) * np.uint64(F.shape[0] // n_rows), order, a, n, u[s, c],
+                         vals, thr)
     for j in range(thr.shape[0]):
         thresholds[s, c, j] = thr[j]
     return s, c, a, n
 
 
 @njit(cache=True, nogil=True)
-def _class_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
-                       unit_weights, labels, clab, width, offsets, node_counts, parent, log_ratio, n_classes, gini,
-                       min_samples_leaf, two_class_ert, one_threshold, out, thresholds):  # pragma: no cover - numba
+def _class_gain_blocks(blk0, blk1, bounds, perm, F, P, n_rows, rows, u, order, f_start, f_end, configs, wts,
+                       unit_weights, labels, clab, width, parent, n_classes, gini, min_samples_leaf, two_class_ert,
+                       out, thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 for class labels per position (`node_classes`' tables:
     clab .. parent)."""
     rho = u.shape[1]
@@ -563,21 +485,16 @@ def _class_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, 
         p0, p1, vals = _block_pairs(blk, bounds, perm, rho, f_start, f_end)
         cum = np.empty((k + 2, n_classes))
         ccount = np.empty(k + 2, dtype=np.int64)
-        counts = np.empty(n_classes, dtype=np.int64)
         total = np.empty(n_classes)
         left = np.empty(n_classes)
         right = np.empty(n_classes)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals, thr, thresholds)
             if two_class_ert:
                 _score_two_class(vals, n, thr[0], labels, a, gini, min_samples_leaf, out, s, c)
                 continue
             w_cls = width[s]
-            if one_threshold:
-                _score_one_threshold(vals, n, thr[0], clab, a, w_cls, node_counts[offsets[s]:], gini,
-                                     min_samples_leaf, parent[s], log_ratio, counts, left, right, out, s, c)
-                continue
             cum[:, :w_cls] = 0.0
             ccount[:] = 0
             w_node = 0.0
@@ -597,7 +514,7 @@ def _class_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, 
 
 
 @njit(cache=True, nogil=True)
-def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts,
+def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, n_rows, rows, u, order, f_start, f_end, configs, wts,
                             unit_weights, targets, squared, reg, min_samples_leaf, one_threshold, out,
                             thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 for one regression target per position."""
@@ -609,7 +526,7 @@ def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_st
         ccount = np.empty(k + 2, dtype=np.int64)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals, thr, thresholds)
             if one_threshold:
                 _score_one_target_threshold(vals, n, thr[0], targets, a, squared, reg, min_samples_leaf, out, s, c)
                 continue
@@ -635,7 +552,7 @@ def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_st
 
 
 @njit(cache=True, nogil=True)
-def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_end, configs, wts, criterion,
+def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, n_rows, rows, u, order, f_start, f_end, configs, wts, criterion,
                      labels, targets, per_position, n_blocks, q, n_stats, reg, min_samples_leaf, out,
                      thresholds):  # pragma: no cover - numba
     """`row_gain_table`'s work blocks blk0..blk1 for any criterion (the generic statistics rows)."""
@@ -651,7 +568,7 @@ def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, rows, u, order, f_start, f_
         right = np.empty(n_stats)
         thr = np.empty(k, dtype=np.float32)
         for pp in range(p0, p1):
-            s, c, a, n = _next_pair(pp, perm, rho, F, P, rows, u, order, f_start, f_end, vals, thr, thresholds)
+            s, c, a, n = _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals, thr, thresholds)
             w_node = _bin_node(vals, n, thr, a, order, per_position, wts, criterion, labels, targets, n_blocks, q,
                                cum, ccount)
             if w_node > 0.0:
@@ -667,7 +584,7 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     `pos_targets` when they are non-empty (per-position copies).
     With `stats_kind` CHILD_CLASS_COUNTS or CHILD_ONE_TARGET, each split node's children's statistics rows (those
     `segment_class_counts` / `segment_one_target_stats` give, bit for bit) go to child_stats[child_row[s]] (left)
-    and child_stats[child_row[s] + 1] (right), read while the moved points are still in cache.
+    and child_stats[child_row[s] + 1] (right): the next level then needs no pass over every position.
     Returns the number of left points per node.
     """
     n_nodes = f_start.shape[0]
@@ -675,20 +592,20 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     sizes = f_end - f_start
     n_work = min(n_nodes, N_WORK_BLOCKS)
     nodes, bounds = _visit_order(row.reshape(-1, 1), sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
-    if child_stats is None or stats_kind == NO_CHILD_STATS:
-        child_row = np.zeros(0, dtype=np.int64)
-        child_stats = np.zeros((0, 1))
-        stats_kind = NO_CHILD_STATS
     run_ranges(_partition_blocks, n_work, bounds, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
-               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, child_row, child_stats, stats_kind,
-               chunks_per_thread=CHUNKS_PER_THREAD)
+               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, chunks_per_thread=CHUNKS_PER_THREAD)
+    # a kernel per kind, so that a first fit compiles only its own
+    if child_stats is not None and stats_kind == CHILD_CLASS_COUNTS:
+        run_ranges(_child_class_counts, n_nodes, pos_labels, f_start, n_left, f_end, split, child_row, child_stats)
+    elif child_stats is not None and stats_kind == CHILD_ONE_TARGET:
+        run_ranges(_child_one_target_stats, n_nodes, pos_targets, f_start, n_left, f_end, split, child_row,
+                   child_stats)
     return n_left
 
 
 @njit(cache=True, nogil=True)
 def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
-                      F, P, row, thr_lo, thr_hi, split, n_left, child_row, child_stats,
-                      stats_kind):  # pragma: no cover - numba
+                      F, P, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
     """`partition_by_row`'s work blocks blk0..blk1 (nodes nodes[bounds[blk]:bounds[blk + 1]] each)."""
     move_labels = pos_labels.shape[0] > 0
     move_targets = pos_targets.shape[0] > 0
@@ -703,7 +620,6 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
         tmp_w = np.empty(size, dtype=wts.dtype)
         tmp_l = np.empty(size if move_labels else 0, dtype=pos_labels.dtype)
         tmp_t = np.empty((size if move_targets else 0, pos_targets.shape[1]), dtype=pos_targets.dtype)
-        tally = np.empty(child_stats.shape[1], dtype=np.int64)
         for i in range(s0, s1):
             s = nodes[i]
             if not split[s]:
@@ -751,10 +667,27 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
                     for j in range(pos_targets.shape[1]):
                         pos_targets[g0 + m, j] = tmp_t[m, j]
             n_left[s] = nl
-            r = child_row[s] if stats_kind != NO_CHILD_STATS else -1
-            if r >= 0 and stats_kind == CHILD_CLASS_COUNTS:
-                class_counts_into(pos_labels, g0, g0 + nl, tally, child_stats[r])
-                class_counts_into(pos_labels, g0 + nl, g0 + n, tally, child_stats[r + 1])
-            elif r >= 0 and stats_kind == CHILD_ONE_TARGET:
-                one_target_stats_into(pos_targets, g0, g0 + nl, child_stats[r])
-                one_target_stats_into(pos_targets, g0 + nl, g0 + n, child_stats[r + 1])
+
+
+@njit(cache=True, nogil=True)
+def _child_class_counts(s0, s1, pos_labels, f_start, n_left, f_end, split, child_row,
+                        child_stats):  # pragma: no cover - numba
+    """Class counts of split nodes s0..s1-1's children, just partitioned, into child_stats[child_row[s]] (left)
+    and the row after it (right)."""
+    tally = np.empty(child_stats.shape[1], dtype=np.int64)
+    for s in range(s0, s1):
+        if split[s]:
+            mid = f_start[s] + n_left[s]
+            class_counts_into(pos_labels, f_start[s], mid, tally, child_stats[child_row[s]])
+            class_counts_into(pos_labels, mid, f_end[s], tally, child_stats[child_row[s] + 1])
+
+
+@njit(cache=True, nogil=True)
+def _child_one_target_stats(s0, s1, pos_targets, f_start, n_left, f_end, split, child_row,
+                            child_stats):  # pragma: no cover - numba
+    """`_child_class_counts` for one-target sums."""
+    for s in range(s0, s1):
+        if split[s]:
+            mid = f_start[s] + n_left[s]
+            one_target_stats_into(pos_targets, f_start[s], mid, child_stats[child_row[s]])
+            one_target_stats_into(pos_targets, mid, f_end[s], child_stats[child_row[s] + 1])
