@@ -25,12 +25,7 @@ import math
 import numpy as np
 
 from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, _class_impurity, accumulate
-from imageforest.forest.split_search import (
-    N_WORK_BLOCKS,
-    _score_configs,
-    class_counts_into,
-    one_target_stats_into,
-)
+from imageforest.forest.split_search import N_WORK_BLOCKS, _score_configs
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -40,8 +35,6 @@ POINT_ORDER_MAX = 64
 PAIR_COST = 64
 # Ranges of work blocks per thread, taken by whichever thread is free (see `run_ranges`).
 CHUNKS_PER_THREAD = 8
-# What `partition_by_row` sums for the children of the nodes it splits.
-NO_CHILD_STATS, CHILD_CLASS_COUNTS, CHILD_ONE_TARGET = 0, 1, 2
 
 
 @njit(cache=True)
@@ -423,9 +416,11 @@ def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, conf
     one_threshold = bool(unit_weights and k == 1 and n_cfg == 1 and configs[0, 0] == 0 and configs[0, 1] == 1)
     if per_position and criterion <= GINI:
         two_class_ert = one_threshold and n_stats == 2
-        # Deep nodes hold a few of many classes: tables and impurities run over the present ones only.
-        some = slice(0 if two_class_ert else None)  # the two-class scan reads the labels as they are
-        classes = node_classes(labels, f_start[some], f_end[some], n_stats, criterion == GINI, unit_weights)
+        if n_stats > 2:
+            # Deep nodes hold a few of many classes: tables and impurities run over the present ones only.
+            classes = node_classes(labels, f_start, f_end, n_stats, criterion == GINI, unit_weights)
+        else:  # two classes: the labels as they are (and a binary first fit compiles no renumbering)
+            classes = (labels, np.full(n_nodes, n_stats, dtype=np.int64), np.full(n_nodes, np.nan))
         run_ranges(_class_gain_blocks, n_work, *common, wts, bool(unit_weights), labels, *classes, n_stats,
                    criterion == GINI, min_samples_leaf, two_class_ert, out, thresholds,
                    chunks_per_thread=CHUNKS_PER_THREAD)
@@ -577,14 +572,11 @@ def _row_gain_blocks(blk0, blk1, bounds, perm, F, P, n_rows, rows, u, order, f_s
 
 
 def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start, f_end, F, P, row, thr_lo, thr_hi,
-                     split, child_row=None, child_stats=None, stats_kind=NO_CHILD_STATS):
+                     split):
     """Stable in-place partition of each split node's points by F[row[s], point]: left-going (lo < f <= hi) first.
 
     `order` moves, `wts` too unless they are all equal (`move_weights` False), and so do `pos_labels` /
     `pos_targets` when they are non-empty (per-position copies).
-    With `stats_kind` CHILD_CLASS_COUNTS or CHILD_ONE_TARGET, each split node's children's statistics rows (those
-    `segment_class_counts` / `segment_one_target_stats` give, bit for bit) go to child_stats[child_row[s]] (left)
-    and child_stats[child_row[s] + 1] (right): the next level then needs no pass over every position.
     Returns the number of left points per node.
     """
     n_nodes = f_start.shape[0]
@@ -593,19 +585,14 @@ def partition_by_row(order, wts, move_weights, pos_labels, pos_targets, f_start,
     n_work = min(n_nodes, N_WORK_BLOCKS)
     nodes, bounds = _visit_order(row.reshape(-1, 1), sizes > POINT_ORDER_MAX, sizes, n_work, PAIR_COST)
     run_ranges(_partition_blocks, n_work, bounds, nodes, order, wts, bool(move_weights), pos_labels, pos_targets,
-               f_start, f_end, F, P, row, thr_lo, thr_hi, split, n_left, chunks_per_thread=CHUNKS_PER_THREAD)
-    # a kernel per kind, so that a first fit compiles only its own
-    if child_stats is not None and stats_kind == CHILD_CLASS_COUNTS:
-        run_ranges(_child_class_counts, n_nodes, pos_labels, f_start, n_left, f_end, split, child_row, child_stats)
-    elif child_stats is not None and stats_kind == CHILD_ONE_TARGET:
-        run_ranges(_child_one_target_stats, n_nodes, pos_targets, f_start, n_left, f_end, split, child_row,
-                   child_stats)
+               f_start, f_end, F.reshape(-1), P.reshape(-1), F.shape[0], row, thr_lo, thr_hi, split, n_left,
+               chunks_per_thread=CHUNKS_PER_THREAD)
     return n_left
 
 
 @njit(cache=True, nogil=True)
 def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_labels, pos_targets, f_start, f_end,
-                      F, P, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
+                      F, P, n_rows, row, thr_lo, thr_hi, split, n_left):  # pragma: no cover - numba
     """`partition_by_row`'s work blocks blk0..blk1 (nodes nodes[bounds[blk]:bounds[blk + 1]] each)."""
     move_labels = pos_labels.shape[0] > 0
     move_targets = pos_targets.shape[0] > 0
@@ -626,21 +613,18 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
                 continue
             g0 = f_start[s]
             n = f_end[s] - g0
-            r = row[s]
             lo = thr_lo[s]
             hi = thr_hi[s]
             nl = 0
-            if n <= POINT_ORDER_MAX:
-                for m in range(n):
-                    v = P[np.uint64(order[g0 + m]), r]
-                    go[m] = v > lo and v <= hi
-                    nl += go[m]
-            else:
-                feat = F[r]
-                for m in range(n):
-                    v = feat[np.uint64(order[g0 + m])]
-                    go[m] = v > lo and v <= hi
-                    nl += go[m]
+            # as `_next_pair` reads: small nodes from the point-major matrix, larger ones from the feature-major one
+            small = n <= POINT_ORDER_MAX
+            src = P if small else F
+            stride = np.uint64(n_rows) if small else np.uint64(1)
+            offset = np.uint64(row[s]) * (np.uint64(1) if small else np.uint64(F.shape[0] // n_rows))
+            for m in range(n):
+                v = src[np.uint64(order[g0 + m]) * stride + offset]
+                go[m] = v > lo and v <= hi
+                nl += go[m]
             left = 0
             right = nl
             for m in range(n):
@@ -668,26 +652,3 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
                         pos_targets[g0 + m, j] = tmp_t[m, j]
             n_left[s] = nl
 
-
-@njit(cache=True, nogil=True)
-def _child_class_counts(s0, s1, pos_labels, f_start, n_left, f_end, split, child_row,
-                        child_stats):  # pragma: no cover - numba
-    """Class counts of split nodes s0..s1-1's children, just partitioned, into child_stats[child_row[s]] (left)
-    and the row after it (right)."""
-    tally = np.empty(child_stats.shape[1], dtype=np.int64)
-    for s in range(s0, s1):
-        if split[s]:
-            mid = f_start[s] + n_left[s]
-            class_counts_into(pos_labels, f_start[s], mid, tally, child_stats[child_row[s]])
-            class_counts_into(pos_labels, mid, f_end[s], tally, child_stats[child_row[s] + 1])
-
-
-@njit(cache=True, nogil=True)
-def _child_one_target_stats(s0, s1, pos_targets, f_start, n_left, f_end, split, child_row,
-                            child_stats):  # pragma: no cover - numba
-    """`_child_class_counts` for one-target sums."""
-    for s in range(s0, s1):
-        if split[s]:
-            mid = f_start[s] + n_left[s]
-            one_target_stats_into(pos_targets, f_start[s], mid, child_stats[child_row[s]])
-            one_target_stats_into(pos_targets, mid, f_end[s], child_stats[child_row[s] + 1])

@@ -24,13 +24,7 @@ import numpy as np
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
 from imageforest.forest.objectives import GINI, MIXED, NodeObjectives, Objective
-from imageforest.forest.row_split_search import (
-    CHILD_CLASS_COUNTS,
-    CHILD_ONE_TARGET,
-    NO_CHILD_STATS,
-    partition_by_row,
-    row_gain_table,
-)
+from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
     exhaustive_best,
@@ -305,7 +299,6 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                          thr_hi=np.float32, child=np.int32, depth=np.int32, gain=np.float32, weight=np.float64)
     leaf_table = _Tables(order.size + T, node=np.int32, tree=np.int32, start=np.int64, end=np.int64)
 
-    child_stats = None
     while f_start.size:
         n_front = f_start.size
         if loss_labels is not None and depth > 0:
@@ -316,18 +309,10 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             wts = loss_weights(order, sample_weight, grad / max(float(np.mean(grad)), 1e-300))
         crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
         labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
-        stats_kind = NO_CHILD_STATS
         if rows_matrix is not None and per_position and unit_weights and crit <= GINI:
-            stats_kind = CHILD_CLASS_COUNTS
+            stats, counts = segment_class_counts(pos_labels, f_start, f_end, n_stats)
         elif (rows_matrix is not None and per_position and unit_weights and n_blocks == 1 and q == 1
               and crit != MIXED and n_stats == 3):
-            stats_kind = CHILD_ONE_TARGET
-        if child_stats is not None:  # summed by the last level's partition
-            stats, counts = child_stats, (f_end - f_start).astype(np.int64)
-            child_stats = None
-        elif stats_kind == CHILD_CLASS_COUNTS:
-            stats, counts = segment_class_counts(pos_labels, f_start, f_end, n_stats)
-        elif stats_kind == CHILD_ONE_TARGET:
             stats, counts = segment_one_target_stats(pos_targets, f_start, f_end)
         elif rows_matrix is not None and per_position:
             stats, counts = segment_stats(order, wts, f_start, f_end, crit, pos_labels, pos_targets, n_blocks, q,
@@ -373,9 +358,6 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                 # Responses are rows of one matrix: search in one fused pass (no response table), a bounded number
                 # of (node, candidate) pairs at a time: a deep level's tables would take gigabytes of fresh memory.
                 step = max(1, FUSED_PAIRS // rho)
-                # the children's statistics (next level's rows, left and right per split node, in node order)
-                next_stats = np.zeros((2 * sp.size, n_stats)) if stats_kind != NO_CHILD_STATS else None
-                n_split = 0
                 for a in range(0, sp.size, step):
                     sets = np.arange(a, min(a + step, sp.size))
                     nodes = sp[sets]
@@ -387,13 +369,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                     choice = _tie_broken_argmax(table.reshape(sets.size, -1), tie_u[sets])
                     best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
                     ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                    child_row = 2 * (n_split + np.cumsum(ok) - 1)
-                    n_split += int(ok.sum())
                     nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[nodes],
-                                          f_end[nodes], rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok,
-                                          child_row, next_stats, stats_kind)
+                                          f_end[nodes], rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
                     level.record(nodes, ok, nl, family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
-                child_stats = next_stats[:2 * n_split] if next_stats is not None else None
             else:
                 which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
                 if which is not None and (which.shape != (sp.size,) or which.min() < 0
