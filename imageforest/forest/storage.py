@@ -21,48 +21,55 @@ from imageforest.exceptions import ModelFormatError
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
+# Forests with more nodes than this take the compiled walk; smaller ones (a first fit, a shipped model being loaded)
+# the numpy one, which compiles nothing.
+COMPILED_WALK_MIN = 1_000_000
+
 
 def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Depth-first (preorder) position of every node, trees one after another, (n_nodes,) int64, and the leaves'
     node indices in that order, (n_leaves,) int32.
 
     Nodes shared between parents, stored before their parent, or unreachable from the roots raise
-    ModelFormatError.
+    ModelFormatError. Up to COMPILED_WALK_MIN nodes, level by level in numpy (one pass down for the levels, one up
+    for subtree sizes, one down for positions): O(depth) array operations and nothing to compile, which keeps a new
+    process's first fit and model load short; beyond, two compiled sweeps (0.8 s -> 0.2 s on 8 M nodes).
     """
-    roots = tree_root.astype(np.int64)
-    problem = _structure_problem(child, roots)
-    if problem:
-        raise ModelFormatError(f"forest arrays: {problem}")
-    # every node has one parent stored before it, so following parents ends at a root: every node is reached once
-    return _preorder_kernel(child, roots)
-
-
-@njit(cache=True)
-def _structure_problem_code(child, roots):  # pragma: no cover - numba
     n = child.shape[0]
-    parents = np.zeros(n, dtype=np.int64)
-    for t in range(roots.shape[0]):
-        if roots[t] < 0 or roots[t] >= n:
-            return 1
-        parents[roots[t]] += 1  # a root counts as its own parent: every node then has exactly one
-    for j in range(n):
-        c = child[j]
-        if c >= 0:
-            if c <= j or c + 1 >= n:
-                return 1
-            parents[c] += 1
-            parents[c + 1] += 1
-    for j in range(n):
-        if parents[j] != 1:
-            return 2
-    return 0
-
-
-def _structure_problem(child: np.ndarray, roots: np.ndarray) -> str:
-    """Why `child` and `roots` are no forest whose nodes sit after their parent ('' when they are one)."""
-    code = _structure_problem_code(child, roots)
-    return ("", "a child is stored before its parent, or a node lies outside the forest",
-            "nodes are shared between parents or unreachable from the roots")[code]
+    split = np.flatnonzero(child >= 0)
+    kids = child[split].astype(np.int64)
+    roots = tree_root.astype(np.int64)
+    if np.any(kids <= split) or np.any(kids + 1 >= n) or np.any((roots < 0) | (roots >= n)):
+        raise ModelFormatError("forest arrays: a child is stored before its parent, or a node lies outside the forest")
+    parents = np.bincount(np.concatenate([kids, kids + 1]), minlength=n)
+    expected = np.ones(n, dtype=np.int64)
+    expected[roots] = 0
+    if not np.array_equal(parents, expected) or np.unique(roots).size != roots.size:
+        raise ModelFormatError("forest arrays: nodes are shared between parents or unreachable from the roots")
+    # every node has one parent stored before it, so following parents ends at a root: every node is reached once
+    if n > COMPILED_WALK_MIN:
+        return _preorder_kernel(child, roots)
+    levels = []
+    frontier = roots
+    while frontier.size:
+        inner = frontier[child[frontier] >= 0]
+        levels.append(inner)
+        left = child[inner].astype(np.int64)
+        frontier = np.concatenate([left, left + 1])
+    size = np.ones(n, dtype=np.int64)
+    for inner in reversed(levels):
+        left = child[inner]
+        size[inner] = 1 + size[left] + size[left + 1]
+    pos = np.empty(n, dtype=np.int64)
+    pos[roots] = np.cumsum(size[roots]) - size[roots]
+    for inner in levels:
+        left = child[inner]
+        pos[left] = pos[inner] + 1
+        pos[left + 1] = pos[inner] + 1 + size[left]
+    # pos is a permutation of 0..n-1: invert it (a scatter) rather than sort the leaves by it
+    in_preorder = np.empty(n, dtype=np.int64)
+    in_preorder[pos] = np.arange(n)
+    return pos, in_preorder[child[in_preorder] < 0].astype(np.int32)
 
 
 @njit(cache=True)

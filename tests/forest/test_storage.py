@@ -1,6 +1,7 @@
 """Flat forest storage: forests grown apart joined into one."""
 
 import numpy as np
+import pytest
 
 from imageforest import ClassificationForest
 from imageforest.forest.storage import ForestArrays
@@ -21,13 +22,15 @@ def test_concatenated_forests_route_every_point_as_their_parts_did():
     assert np.array_equal(leaves, np.c_[a.apply(X), b.apply(X) + a.forest_.n_leaves])
 
 
-def test_depth_first_walk_refuses_malformed_structures():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_depth_first_walk_refuses_malformed_structures(compiled, monkeypatch):
     """Children stored before their parent (a cycle), shared children and roots outside the forest end in a
-    ModelFormatError before any walk, never in a read outside the arrays."""
-    import pytest
-
+    ModelFormatError before any walk (numpy or compiled), never in a read outside the arrays."""
     from imageforest.exceptions import ModelFormatError
+    from imageforest.forest import storage
     from imageforest.forest.storage import _preorder
+
+    monkeypatch.setattr(storage, "COMPILED_WALK_MIN", 0 if compiled else 10**9)
 
     good = np.array([1, -1, 3, -2, -3], dtype=np.int32)  # root 0 -> (1, 2); 2 -> (3, 4)
     pos, leaves = _preorder(good, np.array([0], dtype=np.int32))
@@ -42,3 +45,19 @@ def test_depth_first_walk_refuses_malformed_structures():
     ):
         with pytest.raises(ModelFormatError):
             _preorder(child, np.array(roots, dtype=np.int32))
+
+
+def test_compiled_and_numpy_depth_first_walks_agree(monkeypatch):
+    """Large forests take the compiled walk, small ones the numpy one: the same layout either way."""
+    from imageforest.forest import storage
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(2000, 5))
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    arrays = ClassificationForest(n_trees=7, random_state=3).fit(X, y).forest_
+    monkeypatch.setattr(storage, "COMPILED_WALK_MIN", 10**9)
+    numpy_walk = storage._preorder(arrays.child, arrays.tree_root)
+    monkeypatch.setattr(storage, "COMPILED_WALK_MIN", 0)
+    compiled_walk = storage._preorder(arrays.child, arrays.tree_root)
+    for a, b in zip(numpy_walk, compiled_walk, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
