@@ -145,10 +145,22 @@ def _prefix_sums(cum, ccount, width=-1):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
+def _response_layout(F, P, n_rows, r, n):  # pragma: no cover - numba
+    """Where row r's responses of a node of n points sit: point i's is src[i * stride + offset].
+
+    F, P: the response matrix flattened, feature-major and point-major. A small node reads P: its rho candidates
+    then share each point's cache lines, where rows of F would each cost a miss per point.
+    """
+    if n <= POINT_ORDER_MAX:
+        return P, np.uint64(n_rows), np.uint64(r)
+    return F, np.uint64(1), np.uint64(r) * np.uint64(F.shape[0] // n_rows)
+
+
+@njit(cache=True, inline="always")
 def _gather_and_draw(src, stride, offset, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
     """Copy a node's responses src[order[a:a + n] * stride + offset] into vals[:n] and draw its K thresholds,
     ascending, into thr: lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi
-    and float64 u. `src` is the response matrix flattened, feature-major or point-major (see `_next_pair`).
+    and float64 u. `src`, `stride`, `offset`: from `_response_layout`.
     """
     lo = np.float32(np.inf)
     hi = np.float32(-np.inf)
@@ -456,13 +468,8 @@ def _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals
     a = f_start[s]
     n = f_end[s] - a
     r = rows[s, c]
-    if n <= POINT_ORDER_MAX:
-        # a small node reads the point-major copy: its rho candidates then share each point's cache lines, where
-        # rows of the feature-major matrix would each cost a miss per point
-        _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u[s, c], vals, thr)
-    else:
-        _gather_and_draw(F, np.uint64(1), np.uint64(r) * np.uint64(F.shape[0] // n_rows), order, a, n, u[s, c],
-                         vals, thr)
+    src, stride, offset = _response_layout(F, P, n_rows, r, n)
+    _gather_and_draw(src, stride, offset, order, a, n, u[s, c], vals, thr)
     for j in range(thr.shape[0]):
         thresholds[s, c, j] = thr[j]
     return s, c, a, n
@@ -616,11 +623,7 @@ def _partition_blocks(blk0, blk1, bounds, nodes, order, wts, move_weights, pos_l
             lo = thr_lo[s]
             hi = thr_hi[s]
             nl = 0
-            # as `_next_pair` reads: small nodes from the point-major matrix, larger ones from the feature-major one
-            small = n <= POINT_ORDER_MAX
-            src = P if small else F
-            stride = np.uint64(n_rows) if small else np.uint64(1)
-            offset = np.uint64(row[s]) * (np.uint64(1) if small else np.uint64(F.shape[0] // n_rows))
+            src, stride, offset = _response_layout(F, P, n_rows, row[s], n)
             for m in range(n):
                 v = src[np.uint64(order[g0 + m]) * stride + offset]
                 go[m] = v > lo and v <= hi

@@ -435,19 +435,14 @@ def segment_class_counts(pos_labels, seg_start, seg_end, n_classes):
 
 @njit(cache=True, nogil=True)
 def _class_counts_range(s0, s1, pos_labels, seg_start, seg_end, stats):  # pragma: no cover - numba
-    tally = np.zeros(stats.shape[1], dtype=np.int64)
+    n_classes = stats.shape[1]
+    tally = np.zeros(n_classes, dtype=np.int64)
     for s in range(s0, s1):
-        class_counts_into(pos_labels, seg_start[s], seg_end[s], tally, stats[s])
-
-
-@njit(cache=True, inline="always")
-def class_counts_into(pos_labels, a, b, tally, row):  # pragma: no cover - numba
-    """row[c] = how many of positions a..b-1 hold class c (tally: an int64 scratch row as long as row)."""
-    tally[:] = 0
-    for m in range(a, b):
-        tally[np.uint64(pos_labels[m])] += 1
-    for c in range(row.shape[0]):
-        row[c] = tally[c]
+        tally[:] = 0
+        for m in range(seg_start[s], seg_end[s]):
+            tally[np.uint64(pos_labels[m])] += 1
+        for c in range(n_classes):
+            stats[s, c] = tally[c]
 
 
 def segment_one_target_stats(pos_targets, seg_start, seg_end):
@@ -466,25 +461,19 @@ def segment_one_target_stats(pos_targets, seg_start, seg_end):
 @njit(cache=True, nogil=True)
 def _one_target_stats_range(s0, s1, pos_targets, seg_start, seg_end, stats):  # pragma: no cover - numba
     for s in range(s0, s1):
-        one_target_stats_into(pos_targets, seg_start[s], seg_end[s], stats[s])
-
-
-@njit(cache=True, inline="always")
-def one_target_stats_into(pos_targets, a, b, row):  # pragma: no cover - numba
-    """row = [count, sum y, sum y^2] over positions a..b-1 of pos_targets[:, 0], NaN skipped, in position order."""
-    w = 0.0
-    sy = 0.0
-    syy = 0.0
-    for m in range(a, b):
-        y = pos_targets[m, 0]
-        if math.isnan(y):
-            continue
-        w += 1.0
-        sy += y
-        syy += y * y
-    row[0] = w
-    row[1] = sy
-    row[2] = syy
+        w = 0.0
+        sy = 0.0
+        syy = 0.0
+        for m in range(seg_start[s], seg_end[s]):
+            y = pos_targets[m, 0]
+            if math.isnan(y):
+                continue
+            w += 1.0
+            sy += y
+            syy += y * y
+        stats[s, 0] = w
+        stats[s, 1] = sy
+        stats[s, 2] = syy
 
 
 def sorted_search_applies(criterion: int, n_blocks: int, q: int) -> bool:
