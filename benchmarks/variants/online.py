@@ -1,7 +1,7 @@
 """Online forests on a stream: `partial_fit` in chunks of 1,000 points against a batch forest of the same size fitted
 on the same points so far, and scikit-learn's `SGDClassifier.partial_fit`, on Letter and MNIST.
 
-    python benchmarks/variants/online.py [--sets letter,mnist] [--trees 50,20] [--alpha 5] [--chunk 1000]
+    python benchmarks/variants/online.py [--sets letter,mnist] [--trees 50,20] [--alpha A] [--memory M] [--chunk 1000]
         [--checkpoints 1000,2000,4000,8000,16000,32000,60000] [--png OUT.png] [--json OUT.json]
 
 The training set streams in its published order. After every chunk the online forest and SGD (inputs scaled to
@@ -39,7 +39,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="letter,mnist")
     ap.add_argument("--trees", default="50,20", help="T per set, in the order of --sets")
-    ap.add_argument("--alpha", type=int, default=5, help="online_min_samples")
+    ap.add_argument("--alpha", type=int, help="online_min_samples (default: the estimator's)")
+    ap.add_argument("--memory", type=int, help="online_memory (default: the estimator's)")
     ap.add_argument("--chunk", type=int, default=1000)
     ap.add_argument("--checkpoints", default="1000,2000,4000,8000,16000,32000,60000")
     ap.add_argument("--seed", type=int, default=0)
@@ -53,7 +54,12 @@ def main() -> None:
     for name, trees in zip(args.sets.split(","), [int(t) for t in args.trees.split(",")], strict=True):
         X, y, Xt, yt, scale = load(name)
         classes = np.unique(y)
-        online = ClassificationForest(trees, online_min_samples=args.alpha, random_state=args.seed, n_jobs=2)
+        online = ClassificationForest(trees, random_state=args.seed, n_jobs=2)
+        if args.alpha is not None:
+            online.set_params(online_min_samples=args.alpha)
+        if args.memory is not None:
+            online.set_params(online_memory=args.memory)
+        alpha, memory = online.online_min_samples, online.online_memory
         ClassificationForest(2, random_state=0).partial_fit(X[:200], y[:200], classes=classes)  # compile first
         sgd = SGDClassifier(random_state=args.seed)
         rows = []
@@ -77,11 +83,12 @@ def main() -> None:
                       f"batch fit {fit_s:.2f} s", flush=True)
             rows.append(row)
         last = rows[-1]
-        print(f"{name}: T = {trees}, alpha = {args.alpha}: after the stream online {last['online_error']:.2f}% vs "
+        print(f"{name}: T = {trees}, alpha = {alpha}, memory = {memory}: after the stream online "
+              f"{last['online_error']:.2f}% vs "
               f"batch {last['batch_error']:.2f}% (gap {last['online_error'] - last['batch_error']:+.2f} points), "
               f"SGD {last['sgd_error']:.2f}%; mean {np.mean([r['online_s_per_1000'] for r in rows]):.3f} s per "
               f"1000 points; peak memory {mib(peak).strip()} MiB; {online.forest_.n_nodes} nodes")
-        results[name] = {"trees": trees, "alpha": args.alpha, "rows": rows, "peak_mib": peak / 2**20}
+        results[name] = {"trees": trees, "alpha": alpha, "memory": memory, "rows": rows, "peak_mib": peak / 2**20}
     if args.png:
         figure(results, args.png)
     if args.json:

@@ -82,14 +82,14 @@ class ClassificationForest(BaseForest):
         **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "posterior": Options(choices=("average", "product")),
         "growth": Options(choices=("independent", "alternating")), "loss": Options(choices=LOSSES),
-        "online_min_samples": Integer(1)}
+        "online_min_samples": Integer(1), "online_memory": Integer(0)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates="sqrt", n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, growth: str = "independent",
-                 loss: str = "tangent", online_min_samples: int = 10, random_state=None,
+                 loss: str = "tangent", online_min_samples: int = 10, online_memory: int = 0, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -109,6 +109,7 @@ class ClassificationForest(BaseForest):
         self.growth = growth
         self.loss = loss
         self.online_min_samples = online_min_samples
+        self.online_memory = online_memory
         self.random_state = random_state
         self.n_jobs = n_jobs
 

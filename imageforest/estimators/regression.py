@@ -79,7 +79,7 @@ class RegressionForest(BaseForest):
         **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
         "leaf_model": Options(choices=LEAF_MODELS), "variant": Options(choices=VARIANTS),
         "data_split": Options(choices=("tree", "forest", "auto"), allow_none=True), "range_points": Integer(1),
-        "online_min_samples": Integer(1)}
+        "online_min_samples": Integer(1), "online_memory": Integer(0)}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = None, weak_learner: str = "axis",
                  n_candidates=1.0, n_thresholds: int | None = 16, criterion: str = "gaussian",
@@ -87,7 +87,7 @@ class RegressionForest(BaseForest):
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, variant: str = "breiman",
                  data_split: str | None = "auto", range_points: int = 1000, online_min_samples: int = 10,
-                 random_state=None, n_jobs: int | None = None) -> None:
+                 online_memory: int = 0, random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner
@@ -106,6 +106,7 @@ class RegressionForest(BaseForest):
         self.data_split = data_split
         self.range_points = range_points
         self.online_min_samples = online_min_samples
+        self.online_memory = online_memory
         self.random_state = random_state
         self.n_jobs = n_jobs
 

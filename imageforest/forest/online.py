@@ -11,6 +11,12 @@ left and right statistics (plus the leaf's older statistics, shared out in the p
 draw their own candidates. Online bagging (Oza & Russell 2001): each point counts
 Poisson(1) times in each tree.
 
+A leaf may also keep its first `memory` points (inputs and statistics rows). When it splits, the kept points are
+replayed into its children as if they arrived again: they set the children's candidate thresholds and counts, so
+a child does not start its split decision from nothing, and may split at once. Without memory a single pass
+decides each deep leaf's test from the few points that arrive after the leaf is made; with it, the trees come
+close to batch trees whose tests are chosen from each node's first `min_points` points.
+
 Points arrive in mini-batches: all trees route and count a batch in parallel (one thread per range of trees), then
 the leaves the batch reached decide their splits. All random draws happen in Python in a fixed order, so the model
 bytes depend on the seed and the order of the data, never on the thread count. The forest is exported to the
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from imageforest.forest.consistent import _below, _uniform
 from imageforest.forest.objectives import ENTROPY, GINI, SQUARED_ERROR
 from imageforest.forest.storage import ForestArrays
 from imageforest.forest.threads import run_ranges
@@ -48,6 +55,7 @@ class OnlineSettings:
     max_depth : D, or None
     criterion : ENTROPY or GINI (class counts) or SQUARED_ERROR (regression sums)
     bagging : online bagging, Poisson(1) copies of each point per tree
+    memory : points a leaf that may still split keeps, replayed into its children when it splits (0: none)
     """
 
     n_trees: int = 100
@@ -59,6 +67,64 @@ class OnlineSettings:
     max_depth: int | None = None
     criterion: int = ENTROPY
     bagging: bool = False
+    memory: int = 0
+
+
+class PointStore:
+    """The points that leaves keep, each stored once for all trees: inputs (cap, D) float32, statistics rows
+    (cap, L) float32 and how many leaves hold each. A point no leaf holds is forgotten, its row reused."""
+
+    def __init__(self, n_features: int, stat_len: int) -> None:
+        self.x = np.zeros((256, n_features), dtype=np.float32)
+        self.row = np.zeros((256, stat_len), dtype=np.float32)
+        self.refs = np.zeros(256, dtype=np.int32)
+        self.free = np.empty(0, dtype=np.int32)
+        self.n_used = 0
+
+    @property
+    def n_held(self) -> int:
+        """Points held by at least one leaf."""
+        return self.n_used - self.free.size
+
+    def add(self, x: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """Store points x (n, D) with rows (n, L), held by no leaf yet; returns their ids (n,) int32."""
+        n = x.shape[0]
+        reuse = min(n, self.free.size)
+        ids = np.empty(n, dtype=np.int32)
+        ids[:reuse] = self.free[self.free.size - reuse:]
+        self.free = self.free[:self.free.size - reuse]
+        fresh = n - reuse
+        if self.n_used + fresh > self.refs.size:
+            cap = max(2 * self.refs.size, self.n_used + fresh)
+            for name in ("x", "row", "refs"):
+                old = getattr(self, name)
+                grown = np.zeros((cap, *old.shape[1:]), dtype=old.dtype)
+                grown[:self.n_used] = old[:self.n_used]
+                setattr(self, name, grown)
+        ids[reuse:] = np.arange(self.n_used, self.n_used + fresh, dtype=np.int32)
+        self.n_used += fresh
+        self.x[ids] = x
+        self.row[ids] = row
+        self.refs[ids] = 0
+        return ids
+
+    def hold(self, ids: np.ndarray, counts: np.ndarray) -> None:
+        """Points `ids` (distinct) are now held by `counts` more leaves; those held by none are forgotten."""
+        self.refs[ids] += counts
+        self._forget(ids[self.refs[ids] == 0])
+
+    def release(self, kept: np.ndarray, n_kept: np.ndarray) -> None:
+        """Leaves let go of their kept points: row k of `kept` (k, M) lists n_kept[k] point ids."""
+        ids = kept[np.arange(kept.shape[1]) < n_kept[:, None]]
+        if ids.size == 0:
+            return
+        np.subtract.at(self.refs, ids, 1)
+        ids = np.unique(ids)
+        self._forget(ids[self.refs[ids] == 0])
+
+    def _forget(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.free = np.concatenate([self.free, ids.astype(np.int32)])
 
 
 class OnlineGrowth:
@@ -80,6 +146,11 @@ class OnlineGrowth:
         T = settings.n_trees
         self.R = int(settings.n_candidates)
         self.S = max(1, min(int(settings.n_sources), self.R))
+        self.M = max(0, int(settings.memory))
+        # The completion subtrees' generator: drawn once, so that they depend on the seed and not on how often
+        # the forest is exported.
+        self.completion_seed = int(rng.integers(1 << 62)) if self.M > 0 else 0
+        self.store = PointStore(self.n_features, self.stat_len)
         self.max_depth = np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth)
         self.n_nodes = T
         self.n_slots = 0
@@ -114,7 +185,10 @@ class OnlineGrowth:
         arrays = {"cand_dim": np.zeros((cap, self.R), dtype=np.int32),
                   "cand_thr": np.full((cap, self.R), np.nan, dtype=np.float32),
                   "left": np.zeros((cap, self.R, self.stat_len), dtype=np.float32),
-                  "since": np.zeros((cap, self.S, self.stat_len), dtype=np.float32)}
+                  "since": np.zeros((cap, self.S, self.stat_len), dtype=np.float32),
+                  "kept": np.zeros((cap, self.M), dtype=np.int32),
+                  "kept_c": np.zeros((cap, self.M), dtype=np.float32),
+                  "n_kept": np.zeros(cap, dtype=np.int32)}
         for name, arr in arrays.items():
             if old is not None:
                 arr[:n] = getattr(self, name)[:n]
@@ -141,6 +215,7 @@ class OnlineGrowth:
         self.cand_thr[slots] = np.nan
         self.left[slots] = 0.0
         self.since[slots] = 0.0
+        self.n_kept[slots] = 0
 
     # -- growth -------------------------------------------------------------------------------------------
     def update(self, X: np.ndarray, rows: np.ndarray) -> None:
@@ -154,19 +229,26 @@ class OnlineGrowth:
             else:
                 copies = np.ones((xb.shape[0], s.n_trees))
             leaf_of = np.full((xb.shape[0], s.n_trees), -1, dtype=np.int64)
+            ids = self.store.add(xb, rb) if self.M else np.zeros(xb.shape[0], dtype=np.int32)
+            held = np.zeros((xb.shape[0], s.n_trees), dtype=np.uint8)
             run_ranges(_route_and_count_range, s.n_trees, xb, rb, copies, self.child, self.dim, self.thr,
                        self.slot, self.seen, self.stats, self.node_w, self.cand_dim, self.cand_thr, self.left,
-                       self.since, self._weight_index(), leaf_of)
-            reached = np.unique(leaf_of[leaf_of >= 0])
-            ready = reached[(self.slot[reached] >= 0) & (self.seen[reached] >= s.min_points)]
-            if ready.size:
-                self._split(ready)
+                       self.since, ids, self.kept, self.kept_c, self.n_kept, self._weight_index(), leaf_of, held)
+            if self.M:
+                self.store.hold(ids, held.sum(axis=1, dtype=np.int32))
+            ready = np.unique(leaf_of[leaf_of >= 0])
+            # Replayed points may make new leaves ready at once: split until none is.
+            while ready.size:
+                ready = ready[(self.slot[ready] >= 0) & (self.seen[ready] >= s.min_points)]
+                ready = self._split(ready) if ready.size else ready
 
     def _weight_index(self) -> int:
         """Column of a statistics row holding the point's weight; -1: the row sums to the weight (class counts)."""
         return 0 if self.settings.criterion == SQUARED_ERROR else -1
 
-    def _split(self, ready: np.ndarray) -> None:
+    def _split(self, ready: np.ndarray) -> np.ndarray:
+        """Split the leaves `ready` whose best candidate gains enough; returns the new leaves that replayed kept
+        points (which may be ready in turn)."""
         s = self.settings
         best = np.full(ready.size, -1, dtype=np.int64)
         gain = np.zeros(ready.size)
@@ -176,7 +258,7 @@ class OnlineGrowth:
         parents, best, gain = ready[ok], best[ok], gain[ok]
         n = parents.size
         if n == 0:
-            return
+            return parents
         need = self.n_nodes + 2 * n
         if need > self.child.shape[0]:
             self._alloc_nodes(max(need, 2 * self.child.shape[0]))
@@ -189,36 +271,93 @@ class OnlineGrowth:
                       self.seen, self.stats, self.node_w, self.depth, self.gain, self.node_tree, self.cand_dim,
                       self.cand_thr, self.left, self.since, self._weight_index())
         self.free_slots.extend(parent_slot[~grows].tolist())  # reusable from the next mini-batch on
+        n_parent_kept = self.n_kept[parent_slot].copy()
+        if self.M:
+            # Children at the depth limit keep nothing: their parents' kept points go.
+            self.store.release(self.kept[parent_slot[~grows]], n_parent_kept[~grows])
         self._draw_candidates(np.r_[left_slot[grows], right_slot[grows]])
         self.n_nodes = need
+        if self.M == 0:
+            return parents[:0]
+        replay = grows & (n_parent_kept > 0)
+        _replay_kept(parents[replay], parent_slot[replay], n_parent_kept[replay], self.child, self.dim, self.thr,
+                     self.slot, self.seen, self.cand_dim, self.cand_thr, self.left, self.since, self.store.x,
+                     self.store.row, self.kept, self.kept_c, self.n_kept)
+        return np.r_[kids[replay], kids[replay] + 1]
 
     # -- export -------------------------------------------------------------------------------------------
     def export(self) -> tuple[ForestArrays, np.ndarray]:
         """The trees in the engine's flat storage, leaves numbered depth first per tree, and each leaf's
-        statistics row (n_leaves, L) float64."""
+        statistics row (n_leaves, L) float64. With memory, every leaf holding kept points is completed by a small
+        batch tree grown on them (the growing trees themselves are left as they are)."""
         n = self.n_nodes
-        is_split = self.child[:n] >= 0
+        nodes = {"dim": self.dim[:n], "thr": self.thr[:n], "child": self.child[:n], "depth": self.depth[:n],
+                 "gain": self.gain[:n], "node_w": self.node_w[:n], "node_tree": self.node_tree[:n],
+                 "stats": self.stats[:n]}
+        if self.M > 0:
+            nodes = self._completed(nodes)
+        child = nodes["child"].copy()
+        is_split = child >= 0
         leaves = np.flatnonzero(~is_split)
-        child = self.child[:n].copy()
         child[leaves] = -np.arange(leaves.size, dtype=np.int32) - 1
         forest = ForestArrays(
-            params=np.where(is_split, self.dim[:n], 0).astype(np.float64)[:, None],
-            thr_lo=np.full(n, -np.inf, dtype=np.float32),
-            thr_hi=np.where(is_split, self.thr[:n], np.float32(np.inf)).astype(np.float32), child=child,
-            depth=self.depth[:n].copy(), gain=self.gain[:n].copy(), weight=self.node_w[:n].copy(),
-            tree_root=np.arange(self.settings.n_trees, dtype=np.int32), leaf_node=leaves.astype(np.int32),
-            leaf_tree=self.node_tree[leaves].copy())
+            params=np.where(is_split, nodes["dim"], 0).astype(np.float64)[:, None],
+            thr_lo=np.full(child.size, -np.inf, dtype=np.float32),
+            thr_hi=np.where(is_split, nodes["thr"], np.float32(np.inf)).astype(np.float32), child=child,
+            depth=nodes["depth"].astype(np.int32), gain=nodes["gain"].astype(np.float32),
+            weight=nodes["node_w"].astype(np.float64), tree_root=np.arange(self.settings.n_trees, dtype=np.int32),
+            leaf_node=leaves.astype(np.int32), leaf_tree=nodes["node_tree"][leaves].astype(np.int32))
         forest.validate()
         renumber_leaves_depth_first(forest)
-        return forest, self.stats[forest.leaf_node]
+        return forest, nodes["stats"][forest.leaf_node]
+
+    def _completed(self, nodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`nodes` with a batch subtree grown on the kept points of every leaf that holds at least two."""
+        n = nodes["child"].size
+        slot = self.slot[:n]
+        cand = np.flatnonzero((nodes["child"] < 0) & (slot >= 0))
+        cand = cand[self.n_kept[slot[cand]] >= 2]
+        if cand.size == 0:
+            return nodes
+        slots = slot[cand].astype(np.int64)
+        sizes = 2 * self.n_kept[slots].astype(np.int64) - 1
+        base = np.r_[0, np.cumsum(sizes)[:-1]]
+        total, L = int(sizes.sum()), self.stat_len
+        sub = {"dim": np.zeros(total, np.int32), "thr": np.zeros(total, np.float32),
+               "child": np.full(total, -1, np.int32), "depth": np.zeros(total, np.int32),
+               "gain": np.zeros(total, np.float32), "node_w": np.zeros(total), "stats": np.zeros((total, L))}
+        n_sub = np.zeros(cand.size, dtype=np.int64)
+        rho = min(self.R, self.n_features)
+        run_ranges(_complete_range, cand.size, cand.astype(np.int64), slots, nodes["depth"][cand], self.max_depth,
+                   self.store.x, self.store.row, self.kept, self.kept_c, self.n_kept, nodes["stats"][cand], rho,
+                   self.settings.criterion,
+                   float(self.settings.min_samples_leaf), self.completion_seed, base, sub["dim"], sub["thr"],
+                   sub["child"], sub["depth"], sub["gain"], sub["node_w"], sub["stats"], n_sub)
+        owner = np.repeat(np.arange(cand.size), sizes)
+        local = np.arange(total) - base[owner]
+        keep = local < n_sub[owner]
+        owner, local, rows = owner[keep], local[keep], np.flatnonzero(keep)
+        offs = n + np.r_[0, np.cumsum(n_sub - 1)[:-1]]  # first new node id of each subtree
+        new_id = np.where(local == 0, cand[owner], offs[owner] + local - 1)
+        extra = int((n_sub - 1).sum())
+        out = {}
+        for name, arr in nodes.items():
+            grown = np.concatenate([arr, np.zeros((extra, *arr.shape[1:]), dtype=arr.dtype)])
+            if name == "node_tree":
+                grown[new_id] = arr[cand[owner]]
+            else:
+                vals = sub[name][rows]
+                if name == "child":
+                    vals = np.where(vals >= 0, offs[owner] + vals - 1, -1)
+                grown[new_id] = vals
+            out[name] = grown
+        return out
 
 
 @njit(cache=True, nogil=True)
 def _route_and_count_range(t0, t1, X, rows, copies, child, dim, thr, slot, seen, stats, node_w, cand_dim, cand_thr,
-                           left, since, w_col, leaf_of):  # pragma: no cover - numba
+                           left, since, ids, kept, kept_c, n_kept, w_col, leaf_of, held):  # pragma: no cover - numba
     n, L = rows.shape
-    R = cand_dim.shape[1]
-    S = since.shape[1]
     for t in range(t0, t1):
         for i in range(n):
             c = copies[i, t]
@@ -235,18 +374,62 @@ def _route_and_count_range(t0, t1, X, rows, copies, child, dim, thr, slot, seen,
             node_w[j] += c * (rows[i, w_col] if w_col >= 0 else w)
             s = slot[j]
             if s >= 0:
-                k = seen[j]
-                if k < S:
-                    for r in range(k, R, S):
-                        cand_thr[s, r] = X[i, cand_dim[s, r]]
-                top = min(k, S - 1)
-                for src in range(top + 1):
-                    for a in range(L):
-                        since[s, src, a] += c * rows[i, a]
-                for r in range(R):
-                    if r % S <= top and X[i, cand_dim[s, r]] <= cand_thr[s, r]:
-                        for a in range(L):
-                            left[s, r, a] += c * rows[i, a]
+                _count_in_leaf(s, seen[j], X[i], rows[i], c, cand_dim, cand_thr, left, since)
+                if _keep(s, ids[i], c, kept, kept_c, n_kept):
+                    held[i, t] = 1
+            seen[j] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count_in_leaf(s, k, x, row, c, cand_dim, cand_thr, left, since):  # pragma: no cover - numba
+    """Count the k-th point (x, row, c copies) to reach the leaf of slot s in its candidates."""
+    R = cand_dim.shape[1]
+    S = since.shape[1]
+    L = row.shape[0]
+    if k < S:
+        for r in range(k, R, S):
+            cand_thr[s, r] = x[cand_dim[s, r]]
+    top = min(k, S - 1)
+    for src in range(top + 1):
+        for a in range(L):
+            since[s, src, a] += c * row[a]
+    for r in range(R):
+        if r % S <= top and x[cand_dim[s, r]] <= cand_thr[s, r]:
+            for a in range(L):
+                left[s, r, a] += c * row[a]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _keep(s, point, c, kept, kept_c, n_kept):  # pragma: no cover - numba
+    """Keep stored point `point` (c copies) in the leaf of slot s if it has room; whether it did."""
+    m = n_kept[s]
+    if m >= kept.shape[1]:
+        return False
+    kept[s, m] = point
+    kept_c[s, m] = c
+    n_kept[s] = m + 1
+    return True
+
+
+@njit(cache=True)
+def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, seen, cand_dim, cand_thr, left, since,
+                 store_x, store_row, kept, kept_c, n_kept):  # pragma: no cover - numba
+    """Replay each split leaf's kept points, in arrival order, into its children (which must have fresh
+    candidates and room for them). The left child holds its parent's slot: a point moves to a position at or
+    before its own, so the kept lists are compacted in place without being overwritten before they are read."""
+    for k in range(parents.shape[0]):
+        p = parents[k]
+        ps = parent_slot[k]
+        lc = child[p]
+        f = dim[p]
+        t = thr[p]
+        for m in range(n_parent_kept[k]):
+            point = kept[ps, m]
+            c = kept_c[ps, m]
+            j = lc + (1 if store_x[point, f] > t else 0)
+            s = slot[j]
+            _count_in_leaf(s, seen[j], store_x[point], store_row[point], c, cand_dim, cand_thr, left, since)
+            _keep(s, point, c, kept, kept_c, n_kept)
             seen[j] += 1
 
 
@@ -362,3 +545,127 @@ def _apply_splits(parents, best, gain, kids, left_slot, right_slot, child, dim, 
         slot[p] = -1
         slot[lc] = left_slot[k]
         slot[rc] = right_slot[k]
+
+
+@njit(cache=True, nogil=True)
+def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row, kept, kept_c, n_kept, leaf_stats,
+                    rho, criterion, min_leaf, seed, base, sub_dim, sub_thr, sub_child, sub_depth, sub_gain, sub_w,
+                    sub_stats, n_sub):  # pragma: no cover - numba
+    """Grow a small batch tree (extremely randomized: rho random dimensions, one uniform threshold each, down to
+    pure nodes) on each leaf's kept points. Leaf k's subtree takes rows base[k]... of the sub_* tables, its root
+    (the leaf itself) first; a node's left child is a local index (-1 at leaves) and its right child follows it.
+    The leaf's statistics not carried by kept points are shared out by weight, so the subtree's leaves sum to it."""
+    L = store_row.shape[1]
+    D = store_x.shape[1]
+    M = kept.shape[1]
+    kept_x = np.empty((M, D), dtype=np.float32)
+    kept_row = np.empty((M, L))
+    state = np.zeros(1, dtype=np.uint64)
+    idx = np.empty(M, dtype=np.int64)
+    stack = np.empty((2 * M, 4), dtype=np.int64)  # local node, first point, end, depth below the leaf
+    row = np.empty(L)
+    lrow = np.empty(L)
+    rrow = np.empty(L)
+    total = np.empty(L)
+    for k in range(k0, k1):
+        s = slots[k]
+        n = n_kept[s]
+        state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
+        for m in range(n):
+            idx[m] = m
+            kept_x[m] = store_x[kept[s, m]]
+            for a in range(L):
+                kept_row[m, a] = kept_c[s, m] * store_row[kept[s, m], a]
+        for a in range(L):
+            total[a] = 0.0
+        for m in range(n):
+            for a in range(L):
+                total[a] += kept_row[m, a]
+        w_kept, _ = _impurity(total, criterion)
+        b = base[k]
+        used = 1
+        top = 0
+        stack[0, 0] = 0
+        stack[0, 1] = 0
+        stack[0, 2] = n
+        stack[0, 3] = 0
+        while top >= 0:
+            node = stack[top, 0]
+            lo = stack[top, 1]
+            hi = stack[top, 2]
+            below = stack[top, 3]
+            top -= 1
+            for a in range(L):
+                row[a] = 0.0
+            for m in range(lo, hi):
+                for a in range(L):
+                    row[a] += kept_row[idx[m], a]
+            w, h = _impurity(row, criterion)
+            g = b + node
+            sub_depth[g] = depth0[k] + below
+            share = w / w_kept if w_kept > 0.0 else 0.0
+            for a in range(L):
+                sub_stats[g, a] = row[a] + share * (leaf_stats[k, a] - total[a])
+            sub_w[g] = w
+            sub_child[g] = -1
+            sub_gain[g] = 0.0
+            if hi - lo < 2 or h <= 1e-12 or sub_depth[g] >= max_depth:
+                continue
+            best_gain = 0.0
+            best_dim = -1
+            best_thr = np.float32(0.0)
+            for _ in range(rho):
+                f = _below(state, D)
+                u = _uniform(state)
+                xmin = np.inf
+                xmax = -np.inf
+                for m in range(lo, hi):
+                    v = kept_x[idx[m], f]
+                    xmin = min(xmin, v)
+                    xmax = max(xmax, v)
+                if not xmax > xmin:
+                    continue
+                t = np.float32(xmin + u * (xmax - xmin))
+                if t >= xmax:
+                    t = np.float32(xmin)
+                for a in range(L):
+                    lrow[a] = 0.0
+                for m in range(lo, hi):
+                    if kept_x[idx[m], f] <= t:
+                        for a in range(L):
+                            lrow[a] += kept_row[idx[m], a]
+                for a in range(L):
+                    rrow[a] = row[a] - lrow[a]
+                wl, hl = _impurity(lrow, criterion)
+                wr, hr = _impurity(rrow, criterion)
+                if wl < min_leaf or wr < min_leaf:
+                    continue
+                gain = h - (wl / w) * hl - (wr / w) * hr
+                if gain > best_gain:
+                    best_gain = gain
+                    best_dim = f
+                    best_thr = t
+            if best_dim < 0:
+                continue
+            i = lo
+            j = hi - 1
+            while i <= j:  # points at or below the threshold first
+                if kept_x[idx[i], best_dim] <= best_thr:
+                    i += 1
+                else:
+                    tmp = idx[i]
+                    idx[i] = idx[j]
+                    idx[j] = tmp
+                    j -= 1
+            sub_dim[g] = best_dim
+            sub_thr[g] = best_thr
+            sub_gain[g] = best_gain
+            sub_child[g] = used
+            for c, c0, c1 in ((used, lo, i), (used + 1, i, hi)):
+                top += 1
+                stack[top, 0] = c
+                stack[top, 1] = c0
+                stack[top, 2] = c1
+                stack[top, 3] = below + 1
+            used += 2
+        n_sub[k] = used
