@@ -223,7 +223,8 @@ class BaseForest:
                 n_trees=int(self.n_trees), n_candidates=rho, n_sources=ONLINE_SOURCES,
                 min_points=max(int(self.online_min_samples), int(self.min_samples_split)),
                 min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain), max_depth=self.max_depth,
-                criterion=criterion, bagging=bool(self.bootstrap), memory=int(self.online_memory))
+                criterion=criterion, bagging=bool(self.bootstrap), memory=int(self.online_memory),
+                n_thresholds=0 if self.n_thresholds is None else int(self.n_thresholds))
             state = OnlineGrowth(settings, X.shape[1], rows.shape[1], np.random.default_rng(self.random_state))
             self._online = state
             self._online_totals = np.zeros(rows.shape[1])

@@ -61,9 +61,14 @@ class ClassificationForest(BaseForest):
         The global loss of alternating growth.
     online_min_samples : int
         `partial_fit` only: points a leaf must see before it may split (Saffari et al.'s alpha; at least
-        min_samples_split). Smaller grows deeper trees from a short stream; each leaf that may still split holds
-        (rho + 4) x n_classes float32 counts. Online, candidate thresholds are the values of a leaf's first four
-        points (``n_thresholds`` is not used), and ``bootstrap`` is online bagging (Poisson(1) copies per tree).
+        min_samples_split). ``bootstrap`` is online bagging (Poisson(1) copies per tree).
+    online_memory : int
+        `partial_fit` only: points each growing leaf keeps (every point is stored once for all trees, as float32
+        inputs and statistics). A leaf chooses its test from its kept points as a batch tree would (rho
+        dimensions, ``n_thresholds`` each), hands them on to its children, and is completed by a small batch tree
+        on them when the forest is exported; keep it at least `online_min_samples`. 0: Saffari et al.'s
+        counting leaves, each holding (rho + 4) x n_classes float32 counts, with candidate thresholds at the
+        values of its first four points.
     random_state : int, numpy Generator or None
         Fixes the model bytes whatever the thread count.
     n_jobs : int or None
@@ -89,7 +94,7 @@ class ClassificationForest(BaseForest):
                  class_weight=None, posterior: str = "average", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, growth: str = "independent",
-                 loss: str = "tangent", online_min_samples: int = 10, online_memory: int = 0, random_state=None,
+                 loss: str = "tangent", online_min_samples: int = 32, online_memory: int = 64, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth

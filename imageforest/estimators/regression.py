@@ -62,9 +62,9 @@ class RegressionForest(BaseForest):
         only None or "auto".
     range_points : int
         m of Denil et al.: structure points drawn per node to bound the split search (variant "denil").
-    online_min_samples : int
-        `partial_fit` only: points a leaf must see before it may split (as for `ClassificationForest`); online
-        trees score splits by squared error.
+    online_min_samples, online_memory : int
+        `partial_fit` only: points a leaf must see before it may split, and points each growing leaf keeps (as
+        for `ClassificationForest`); online trees score splits by squared error.
 
     Attributes
     ----------
@@ -86,8 +86,8 @@ class RegressionForest(BaseForest):
                  leaf_model: str = "gaussian", bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 1, min_gain: float = 0.0,
                  structure: str = "tree", two_sided: bool = False, variant: str = "breiman",
-                 data_split: str | None = "auto", range_points: int = 1000, online_min_samples: int = 10,
-                 online_memory: int = 0, random_state=None, n_jobs: int | None = None) -> None:
+                 data_split: str | None = "auto", range_points: int = 1000, online_min_samples: int = 32,
+                 online_memory: int = 64, random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.weak_learner = weak_learner

@@ -2,25 +2,30 @@
 Matheson & de Freitas, "Consistency of online random forests", 2013).
 
 Every leaf keeps the statistics of the points that reached it (class counts, or weight, sums and cross-products of
-the targets) and, while it may still split, rho candidate tests drawn when the leaf was made: a random dimension
-each, whose threshold is that dimension's value at one of the leaf's first arriving points (its *source*; candidate
-r takes the (r mod S)-th point, S = number of sources). Each candidate counts the statistics of the points on its
-left since its source arrived. Once a leaf has seen `min_points` points, its best candidate splits it if the gain
-reaches `min_gain` with at least `min_samples_leaf` weight on each side; the children start from that candidate's
-left and right statistics (plus the leaf's older statistics, shared out in the proportions the test saw) and
-draw their own candidates. Online bagging (Oza & Russell 2001): each point counts
-Poisson(1) times in each tree.
+the targets). Once a leaf has seen `min_points` points it splits on its best test if the gain reaches `min_gain`
+with at least `min_samples_leaf` weight on each side. Where that test comes from depends on `memory`:
 
-A leaf may also keep its first `memory` points (inputs and statistics rows). When it splits, the kept points are
-replayed into its children as if they arrived again: they set the children's candidate thresholds and counts, so
-a child does not start its split decision from nothing, and may split at once. Without memory a single pass
-decides each deep leaf's test from the few points that arrive after the leaf is made; with it, the trees come
-close to batch trees whose tests are chosen from each node's first `min_points` points.
+- Without memory (Saffari et al.), a leaf that may still split holds rho candidate tests drawn when it was made:
+  a random dimension each, whose threshold is that dimension's value at one of the leaf's first arriving points
+  (its *source*; candidate r takes the (r mod S)-th point, S = number of sources). Each candidate counts the
+  statistics of the points on its left since its source arrived. The children start from the chosen candidate's
+  left and right statistics (plus the leaf's older statistics, shared out in the proportions the test saw) and
+  draw their own candidates. A deep leaf's test is then decided by the few points that arrive after it is made.
+- With memory, a leaf keeps its first `memory` points (stored once for all trees in a `PointStore`) and chooses
+  its test from them as a batch tree would: rho distinct dimensions, K uniform thresholds each, drawn from the
+  leaf's own generator (seeded by the forest and the node). The kept points are handed on to the children, which
+  may split at once. When the forest is exported, each leaf holding kept points is completed by a small batch
+  tree grown on them (the growing trees are left as they are), so the leaves the user predicts with are as
+  fine as a batch tree's. Memory is one copy of each kept point, (D + L) float32, plus 8 bytes per leaf and kept
+  point; a leaf that fills up forgets nothing it counted but keeps no more points.
+
+Online bagging (Oza & Russell 2001): each point counts Poisson(1) times in each tree.
 
 Points arrive in mini-batches: all trees route and count a batch in parallel (one thread per range of trees), then
-the leaves the batch reached decide their splits. All random draws happen in Python in a fixed order, so the model
-bytes depend on the seed and the order of the data, never on the thread count. The forest is exported to the
-engine's flat storage after each call, so it predicts, saves and loads like any other.
+the leaves the batch reached decide their splits. Random draws happen in Python in a fixed order, or from a
+node's own generator, so the model bytes depend on the seed and the order of the data, never on the thread count.
+The forest is exported to the engine's flat storage after each call, so it predicts, saves and loads like any
+other.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class OnlineSettings:
     criterion : ENTROPY or GINI (class counts) or SQUARED_ERROR (regression sums)
     bagging : online bagging, Poisson(1) copies of each point per tree
     memory : points a leaf that may still split keeps, replayed into its children when it splits (0: none)
+    n_thresholds : K, uniform thresholds per candidate dimension when a test is chosen from kept points
+        (0: every value)
     """
 
     n_trees: int = 100
@@ -68,6 +75,7 @@ class OnlineSettings:
     criterion: int = ENTROPY
     bagging: bool = False
     memory: int = 0
+    n_thresholds: int = 16
 
 
 class PointStore:
@@ -144,9 +152,13 @@ class OnlineGrowth:
         self.stat_len = int(stat_len)
         self.rng = rng
         T = settings.n_trees
-        self.R = int(settings.n_candidates)
-        self.S = max(1, min(int(settings.n_sources), self.R))
         self.M = max(0, int(settings.memory))
+        self.rho = int(settings.n_candidates)
+        # Leaves with memory choose their tests from kept points and count nothing: one candidate row, written
+        # when the test is chosen, carries it to `_apply_splits`.
+        self.R = 1 if self.M else self.rho
+        self.S = max(1, min(int(settings.n_sources), self.R))
+        self.n_thr = int(settings.n_thresholds)
         # The completion subtrees' generator: drawn once, so that they depend on the seed and not on how often
         # the forest is exported.
         self.completion_seed = int(rng.integers(1 << 62)) if self.M > 0 else 0
@@ -203,8 +215,12 @@ class OnlineGrowth:
         return self.n_slots - 1
 
     def _draw_candidates(self, slots: np.ndarray) -> None:
-        """Fresh candidate dimensions for `slots` (distinct while rho <= D), thresholds unset, counts zero."""
+        """Fresh candidate dimensions for `slots` (distinct while rho <= D), thresholds unset, counts zero. With
+        memory a leaf's candidates are drawn from its own generator when it chooses its test."""
         if slots.size == 0:
+            return
+        self.n_kept[slots] = 0
+        if self.M:
             return
         D, R = self.n_features, self.R
         k = min(R, D)
@@ -215,7 +231,6 @@ class OnlineGrowth:
         self.cand_thr[slots] = np.nan
         self.left[slots] = 0.0
         self.since[slots] = 0.0
-        self.n_kept[slots] = 0
 
     # -- growth -------------------------------------------------------------------------------------------
     def update(self, X: np.ndarray, rows: np.ndarray) -> None:
@@ -233,7 +248,8 @@ class OnlineGrowth:
             held = np.zeros((xb.shape[0], s.n_trees), dtype=np.uint8)
             run_ranges(_route_and_count_range, s.n_trees, xb, rb, copies, self.child, self.dim, self.thr,
                        self.slot, self.seen, self.stats, self.node_w, self.cand_dim, self.cand_thr, self.left,
-                       self.since, ids, self.kept, self.kept_c, self.n_kept, self._weight_index(), leaf_of, held)
+                       self.since, ids, self.kept, self.kept_c, self.n_kept, self.M == 0, self._weight_index(),
+                       leaf_of, held)
             if self.M:
                 self.store.hold(ids, held.sum(axis=1, dtype=np.int32))
             ready = np.unique(leaf_of[leaf_of >= 0])
@@ -252,8 +268,15 @@ class OnlineGrowth:
         s = self.settings
         best = np.full(ready.size, -1, dtype=np.int64)
         gain = np.zeros(ready.size)
-        run_ranges(_best_candidate_range, ready.size, ready, self.slot, self.left, self.since, s.criterion,
-                   float(s.min_samples_leaf), float(s.min_gain), best, gain)
+        if self.M:
+            # The test is chosen from the kept points as a batch tree would choose it.
+            run_ranges(_best_kept_range, ready.size, ready, self.slot, self.store.x, self.store.row, self.kept,
+                       self.kept_c, self.n_kept, min(self.rho, self.n_features), self.n_thr, s.criterion,
+                       float(s.min_samples_leaf), float(s.min_gain), self.completion_seed, self.cand_dim,
+                       self.cand_thr, self.left, self.since, best, gain)
+        else:
+            run_ranges(_best_candidate_range, ready.size, ready, self.slot, self.left, self.since, s.criterion,
+                       float(s.min_samples_leaf), float(s.min_gain), best, gain)
         ok = best >= 0
         parents, best, gain = ready[ok], best[ok], gain[ok]
         n = parents.size
@@ -281,8 +304,7 @@ class OnlineGrowth:
             return parents[:0]
         replay = grows & (n_parent_kept > 0)
         _replay_kept(parents[replay], parent_slot[replay], n_parent_kept[replay], self.child, self.dim, self.thr,
-                     self.slot, self.seen, self.cand_dim, self.cand_thr, self.left, self.since, self.store.x,
-                     self.store.row, self.kept, self.kept_c, self.n_kept)
+                     self.slot, self.seen, self.store.x, self.kept, self.kept_c, self.n_kept)
         return np.r_[kids[replay], kids[replay] + 1]
 
     # -- export -------------------------------------------------------------------------------------------
@@ -312,51 +334,81 @@ class OnlineGrowth:
         return forest, nodes["stats"][forest.leaf_node]
 
     def _completed(self, nodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """`nodes` with a batch subtree grown on the kept points of every leaf that holds at least two."""
+        """`nodes` with a batch subtree grown on the kept points of every leaf that holds at least two. A leaf
+        that saw no point since the last export keeps the subtree it had, so an export costs what the points
+        since the last one touched, not the whole forest."""
         n = nodes["child"].size
         slot = self.slot[:n]
         cand = np.flatnonzero((nodes["child"] < 0) & (slot >= 0))
         cand = cand[self.n_kept[slot[cand]] >= 2]
-        if cand.size == 0:
-            return nodes
-        slots = slot[cand].astype(np.int64)
-        sizes = 2 * self.n_kept[slots].astype(np.int64) - 1
-        base = np.r_[0, np.cumsum(sizes)[:-1]]
-        total, L = int(sizes.sum()), self.stat_len
-        sub = {"dim": np.zeros(total, np.int32), "thr": np.zeros(total, np.float32),
-               "child": np.full(total, -1, np.int32), "depth": np.zeros(total, np.int32),
-               "gain": np.zeros(total, np.float32), "node_w": np.zeros(total), "stats": np.zeros((total, L))}
-        n_sub = np.zeros(cand.size, dtype=np.int64)
-        rho = min(self.R, self.n_features)
-        run_ranges(_complete_range, cand.size, cand.astype(np.int64), slots, nodes["depth"][cand], self.max_depth,
-                   self.store.x, self.store.row, self.kept, self.kept_c, self.n_kept, nodes["stats"][cand], rho,
-                   self.settings.criterion,
-                   float(self.settings.min_samples_leaf), self.completion_seed, base, sub["dim"], sub["thr"],
-                   sub["child"], sub["depth"], sub["gain"], sub["node_w"], sub["stats"], n_sub)
-        owner = np.repeat(np.arange(cand.size), sizes)
-        local = np.arange(total) - base[owner]
-        keep = local < n_sub[owner]
-        owner, local, rows = owner[keep], local[keep], np.flatnonzero(keep)
-        offs = n + np.r_[0, np.cumsum(n_sub - 1)[:-1]]  # first new node id of each subtree
+        seen = self.seen[cand]
+        old = self.__dict__.get("_subtrees")
+        reuse = np.zeros(cand.size, dtype=bool)
+        at = np.zeros(cand.size, dtype=np.int64)
+        if old is not None and old["node"].size:
+            at = np.minimum(np.searchsorted(old["node"], cand), old["node"].size - 1)
+            reuse = (old["node"][at] == cand) & (old["seen"][at] == seen)
+        fresh = self._grow_subtrees(cand[~reuse], nodes)
+        # Every subtree as a block of rows (its root first) in one pool: kept blocks, then fresh ones.
+        length = np.zeros(cand.size, dtype=np.int64)
+        start = np.zeros(cand.size, dtype=np.int64)
+        if old is not None:
+            length[reuse] = old["length"][at[reuse]]
+            start[reuse] = old["start"][at[reuse]]
+        n_old = 0 if old is None else old["dim"].size
+        length[~reuse] = fresh["length"]
+        start[~reuse] = n_old + fresh["start"]
+        pool = {name: np.concatenate([old[name], fresh[name]]) if old is not None else fresh[name]
+                for name in fresh if name not in ("length", "start")}
+        owner = np.repeat(np.arange(cand.size), length)
+        out_start = np.r_[0, np.cumsum(length)[:-1]]
+        local = np.arange(owner.size) - out_start[owner]
+        rows = start[owner] + local
+        self._subtrees = {name: arr[rows] for name, arr in pool.items()}
+        self._subtrees.update(node=cand, seen=seen, length=length, start=out_start)
+        offs = n + np.r_[0, np.cumsum(length - 1)[:-1]]  # first new node id of each subtree
         new_id = np.where(local == 0, cand[owner], offs[owner] + local - 1)
-        extra = int((n_sub - 1).sum())
+        extra = int((length - 1).sum())
         out = {}
         for name, arr in nodes.items():
             grown = np.concatenate([arr, np.zeros((extra, *arr.shape[1:]), dtype=arr.dtype)])
             if name == "node_tree":
                 grown[new_id] = arr[cand[owner]]
             else:
-                vals = sub[name][rows]
+                vals = self._subtrees[name]
                 if name == "child":
                     vals = np.where(vals >= 0, offs[owner] + vals - 1, -1)
                 grown[new_id] = vals
             out[name] = grown
         return out
 
+    def _grow_subtrees(self, leaves: np.ndarray, nodes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Subtrees on the kept points of `leaves`: tables of their rows, each block's root (the leaf) first and
+        children as local row numbers, with each block's start and length."""
+        slots = self.slot[leaves].astype(np.int64)
+        sizes = 2 * self.n_kept[slots].astype(np.int64) - 1
+        base = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+        total, L = int(sizes.sum()), self.stat_len
+        sub = {"dim": np.zeros(total, np.int32), "thr": np.zeros(total, np.float32),
+               "child": np.full(total, -1, np.int32), "depth": np.zeros(total, np.int32),
+               "gain": np.zeros(total, np.float32), "node_w": np.zeros(total), "stats": np.zeros((total, L))}
+        n_sub = np.zeros(leaves.size, dtype=np.int64)
+        run_ranges(_complete_range, leaves.size, leaves.astype(np.int64), slots, nodes["depth"][leaves],
+                   self.max_depth, self.store.x, self.store.row, self.kept, self.kept_c, self.n_kept,
+                   nodes["stats"][leaves], min(self.rho, self.n_features), self.n_thr, self.settings.criterion,
+                   float(self.settings.min_samples_leaf), self.completion_seed, base, sub["dim"], sub["thr"],
+                   sub["child"], sub["depth"], sub["gain"], sub["node_w"], sub["stats"], n_sub)
+        owner = np.repeat(np.arange(leaves.size), sizes)
+        keep = np.arange(total) - base[owner] < n_sub[owner]
+        sub = {name: arr[keep] for name, arr in sub.items()}
+        sub.update(length=n_sub, start=np.r_[0, np.cumsum(n_sub)[:-1]].astype(np.int64))
+        return sub
+
 
 @njit(cache=True, nogil=True)
 def _route_and_count_range(t0, t1, X, rows, copies, child, dim, thr, slot, seen, stats, node_w, cand_dim, cand_thr,
-                           left, since, ids, kept, kept_c, n_kept, w_col, leaf_of, held):  # pragma: no cover - numba
+                           left, since, ids, kept, kept_c, n_kept, count, w_col, leaf_of,
+                           held):  # pragma: no cover - numba
     n, L = rows.shape
     for t in range(t0, t1):
         for i in range(n):
@@ -374,8 +426,9 @@ def _route_and_count_range(t0, t1, X, rows, copies, child, dim, thr, slot, seen,
             node_w[j] += c * (rows[i, w_col] if w_col >= 0 else w)
             s = slot[j]
             if s >= 0:
-                _count_in_leaf(s, seen[j], X[i], rows[i], c, cand_dim, cand_thr, left, since)
-                if _keep(s, ids[i], c, kept, kept_c, n_kept):
+                if count:
+                    _count_in_leaf(s, seen[j], X[i], rows[i], c, cand_dim, cand_thr, left, since)
+                elif _keep(s, ids[i], c, kept, kept_c, n_kept):
                     held[i, t] = 1
             seen[j] += 1
 
@@ -412,10 +465,10 @@ def _keep(s, point, c, kept, kept_c, n_kept):  # pragma: no cover - numba
 
 
 @njit(cache=True)
-def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, seen, cand_dim, cand_thr, left, since,
-                 store_x, store_row, kept, kept_c, n_kept):  # pragma: no cover - numba
-    """Replay each split leaf's kept points, in arrival order, into its children (which must have fresh
-    candidates and room for them). The left child holds its parent's slot: a point moves to a position at or
+def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, seen, store_x, kept, kept_c,
+                 n_kept):  # pragma: no cover - numba
+    """Replay each split leaf's kept points, in arrival order, into its children (which must have room for
+    them). The left child holds its parent's slot: a point moves to a position at or
     before its own, so the kept lists are compacted in place without being overwritten before they are read."""
     for k in range(parents.shape[0]):
         p = parents[k]
@@ -427,10 +480,64 @@ def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, see
             point = kept[ps, m]
             c = kept_c[ps, m]
             j = lc + (1 if store_x[point, f] > t else 0)
-            s = slot[j]
-            _count_in_leaf(s, seen[j], store_x[point], store_row[point], c, cand_dim, cand_thr, left, since)
-            _keep(s, point, c, kept, kept_c, n_kept)
+            _keep(slot[j], point, c, kept, kept_c, n_kept)
             seen[j] += 1
+
+
+@njit(cache=True, nogil=True)
+def _best_kept_range(k0, k1, leaves, slot, store_x, store_row, kept, kept_c, n_kept, rho, n_thr, criterion, min_leaf,
+                     min_gain, seed, cand_dim, cand_thr, left, since, best, gain):  # pragma: no cover - numba
+    """For leaves[k], the best test on its kept points, written as the slot's candidate 0 with the kept points'
+    statistics on its left and in all (so that `_apply_splits` takes it); best[k] = 0, or -1 if none gains
+    enough. Its randomness is the leaf's own, as in `_complete_range`: the test is the root of the leaf's
+    completion subtree."""
+    L = store_row.shape[1]
+    D = store_x.shape[1]
+    M = kept.shape[1]
+    kept_x = np.empty((M, D), dtype=np.float32)
+    kept_row = np.empty((M, L))
+    idx = np.empty(M, dtype=np.int64)
+    perm = np.empty(D, dtype=np.int64)
+    state = np.zeros(1, dtype=np.uint64)
+    row = np.empty(L)
+    lrow = np.empty(L)
+    rrow = np.empty(L)
+    for k in range(k0, k1):
+        s = slot[leaves[k]]
+        n = n_kept[s]
+        state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
+        for a in range(L):
+            row[a] = 0.0
+        for m in range(n):
+            idx[m] = m
+            kept_x[m] = store_x[kept[s, m]]
+            for a in range(L):
+                kept_row[m, a] = kept_c[s, m] * store_row[kept[s, m], a]
+                row[a] += kept_row[m, a]
+        w, h = _impurity(row, criterion)
+        if h <= 1e-12:  # pure: no test gains
+            best[k] = -1
+            gain[k] = 0.0
+            continue
+        f, t, g = _best_kept_test(kept_x, kept_row, idx, 0, n, row, w, h, state, perm, rho, n_thr, criterion,
+                                  min_leaf, lrow, rrow)
+        if f < 0 or g <= 1e-12 or g < min_gain:
+            best[k] = -1
+            gain[k] = 0.0
+            continue
+        best[k] = 0
+        gain[k] = g
+        cand_dim[s, 0] = f
+        cand_thr[s, 0] = t
+        for a in range(L):
+            lrow[a] = 0.0
+        for m in range(n):
+            if kept_x[m, f] <= t:
+                for a in range(L):
+                    lrow[a] += kept_row[m, a]
+        for a in range(L):
+            left[s, 0, a] = lrow[a]
+            since[s, 0, a] = row[a]
 
 
 @njit(cache=True, nogil=True)
@@ -549,17 +656,18 @@ def _apply_splits(parents, best, gain, kids, left_slot, right_slot, child, dim, 
 
 @njit(cache=True, nogil=True)
 def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row, kept, kept_c, n_kept, leaf_stats,
-                    rho, criterion, min_leaf, seed, base, sub_dim, sub_thr, sub_child, sub_depth, sub_gain, sub_w,
-                    sub_stats, n_sub):  # pragma: no cover - numba
-    """Grow a small batch tree (extremely randomized: rho random dimensions, one uniform threshold each, down to
-    pure nodes) on each leaf's kept points. Leaf k's subtree takes rows base[k]... of the sub_* tables, its root
-    (the leaf itself) first; a node's left child is a local index (-1 at leaves) and its right child follows it.
-    The leaf's statistics not carried by kept points are shared out by weight, so the subtree's leaves sum to it."""
+                    rho, n_thr, criterion, min_leaf, seed, base, sub_dim, sub_thr, sub_child, sub_depth, sub_gain,
+                    sub_w, sub_stats, n_sub):  # pragma: no cover - numba
+    """Grow a small batch tree (`_best_kept_test` at every node, down to pure nodes) on each leaf's kept points.
+    Leaf k's subtree takes rows base[k]... of the sub_* tables, its root (the leaf itself) first; a node's left
+    child is a local index (-1 at leaves) and its right child follows it. The leaf's statistics not carried by
+    kept points are shared out by weight, so the subtree's leaves sum to it."""
     L = store_row.shape[1]
     D = store_x.shape[1]
     M = kept.shape[1]
     kept_x = np.empty((M, D), dtype=np.float32)
     kept_row = np.empty((M, L))
+    perm = np.empty(D, dtype=np.int64)
     state = np.zeros(1, dtype=np.uint64)
     idx = np.empty(M, dtype=np.int64)
     stack = np.empty((2 * M, 4), dtype=np.int64)  # local node, first point, end, depth below the leaf
@@ -611,40 +719,8 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
             sub_gain[g] = 0.0
             if hi - lo < 2 or h <= 1e-12 or sub_depth[g] >= max_depth:
                 continue
-            best_gain = 0.0
-            best_dim = -1
-            best_thr = np.float32(0.0)
-            for _ in range(rho):
-                f = _below(state, D)
-                u = _uniform(state)
-                xmin = np.inf
-                xmax = -np.inf
-                for m in range(lo, hi):
-                    v = kept_x[idx[m], f]
-                    xmin = min(xmin, v)
-                    xmax = max(xmax, v)
-                if not xmax > xmin:
-                    continue
-                t = np.float32(xmin + u * (xmax - xmin))
-                if t >= xmax:
-                    t = np.float32(xmin)
-                for a in range(L):
-                    lrow[a] = 0.0
-                for m in range(lo, hi):
-                    if kept_x[idx[m], f] <= t:
-                        for a in range(L):
-                            lrow[a] += kept_row[idx[m], a]
-                for a in range(L):
-                    rrow[a] = row[a] - lrow[a]
-                wl, hl = _impurity(lrow, criterion)
-                wr, hr = _impurity(rrow, criterion)
-                if wl < min_leaf or wr < min_leaf:
-                    continue
-                gain = h - (wl / w) * hl - (wr / w) * hr
-                if gain > best_gain:
-                    best_gain = gain
-                    best_dim = f
-                    best_thr = t
+            best_dim, best_thr, best_gain = _best_kept_test(kept_x, kept_row, idx, lo, hi, row, w, h, state, perm,
+                                                            rho, n_thr, criterion, min_leaf, lrow, rrow)
             if best_dim < 0:
                 continue
             i = lo
@@ -669,3 +745,75 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
                 stack[top, 3] = below + 1
             used += 2
         n_sub[k] = used
+
+
+@njit(cache=True, nogil=True)
+def _best_kept_test(kept_x, kept_row, idx, lo, hi, row, w, h, state, perm, rho, n_thr, criterion, min_leaf, lrow,
+                    rrow):  # pragma: no cover - numba
+    """The best axis test on kept points idx[lo:hi] (inputs kept_x (M, D), statistics kept_row (M, L); their sum
+    `row`, of weight w and impurity h), as the batch trees search: rho distinct random dimensions, n_thr uniform
+    thresholds each within the points' range (at most n - 1 for n points; every value when n_thr <= 0).
+    Randomness from the splitmix `state`. Returns (dimension, threshold, gain); dimension -1 when no test gains
+    with min_leaf each side."""
+    D = kept_x.shape[1]
+    L = row.shape[0]
+    n = hi - lo
+    # n points have at most n - 1 gaps: more uniform thresholds than that mostly repeat a partition.
+    Q = min(n_thr, n - 1) if n_thr > 0 else n
+    thr = np.empty(Q, dtype=np.float32)
+    vals = np.empty(n, dtype=np.float32)
+    hist = np.zeros((Q + 1, L))
+    for f in range(D):
+        perm[f] = f
+    best_gain = 0.0
+    best_dim = -1
+    best_thr = np.float32(0.0)
+    for r in range(min(rho, D)):
+        pick = r + _below(state, D - r)
+        f = perm[pick]
+        perm[pick] = perm[r]
+        perm[r] = f
+        xmin = np.inf
+        xmax = -np.inf
+        for m in range(n):
+            v = kept_x[idx[lo + m], f]
+            vals[m] = v
+            xmin = min(xmin, v)
+            xmax = max(xmax, v)
+        if not xmax > xmin:
+            continue
+        if n_thr > 0:
+            for q in range(Q):
+                t = np.float32(xmin + _uniform(state) * (xmax - xmin))
+                thr[q] = t if t < xmax else np.float32(xmin)
+            nq = Q
+        else:  # every value but the largest
+            srt = np.sort(vals[:n])
+            nq = 0
+            for m in range(n):
+                if srt[m] < xmax and (nq == 0 or srt[m] > thr[nq - 1]):
+                    thr[nq] = srt[m]
+                    nq += 1
+        thr[:nq].sort()
+        # A point lies left of threshold q when it is at most thr[q]: bin b = the first such q, summed upwards.
+        hist[:nq + 1] = 0.0
+        for m in range(n):
+            b = np.searchsorted(thr[:nq], vals[m])
+            for a in range(L):
+                hist[b, a] += kept_row[idx[lo + m], a]
+        for a in range(L):
+            lrow[a] = 0.0
+        for q in range(nq):
+            for a in range(L):
+                lrow[a] += hist[q, a]
+                rrow[a] = row[a] - lrow[a]
+            wl, hl = _impurity(lrow, criterion)
+            wr, hr = _impurity(rrow, criterion)
+            if wl < min_leaf or wr < min_leaf:
+                continue
+            gain = h - (wl / w) * hl - (wr / w) * hr
+            if gain > best_gain:
+                best_gain = gain
+                best_dim = f
+                best_thr = thr[q]
+    return best_dim, best_thr, best_gain
