@@ -485,6 +485,32 @@ def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, see
 
 
 @njit(cache=True, nogil=True)
+def _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols):  # pragma: no cover - numba
+    """Gather slot s's kept points: their ids in the store into pid[:n] (inputs stay in the store: a search
+    reads only rho of their D values), statistics rows (times their copies) into flat_row as
+    an (n, Lc) block over the columns cols[:Lc]. Class counts keep only the classes the leaf holds (the search's
+    cost goes with Lc); regression sums keep every column. Returns (n, Lc)."""
+    L = store_row.shape[1]
+    n = np.int64(n_kept[s])
+    Lc = np.int64(0)
+    for a in range(L):
+        held = criterion == SQUARED_ERROR
+        for m in range(n):
+            if store_row[kept[s, m], a] != 0.0:
+                held = True
+                break
+        if held:
+            cols[Lc] = a
+            Lc += 1
+    for m in range(n):
+        p = kept[s, m]
+        pid[m] = p
+        for c in range(Lc):
+            flat_row[m * Lc + c] = kept_c[s, m] * store_row[p, cols[c]]
+    return n, Lc
+
+
+@njit(cache=True, nogil=True)
 def _best_kept_range(k0, k1, leaves, slot, store_x, store_row, kept, kept_c, n_kept, rho, n_thr, criterion, min_leaf,
                      min_gain, seed, cand_dim, cand_thr, left, since, best, gain):  # pragma: no cover - numba
     """For leaves[k], the best test on its kept points, written as the slot's candidate 0 with the kept points'
@@ -494,32 +520,34 @@ def _best_kept_range(k0, k1, leaves, slot, store_x, store_row, kept, kept_c, n_k
     L = store_row.shape[1]
     D = store_x.shape[1]
     M = kept.shape[1]
-    kept_x = np.empty((M, D), dtype=np.float32)
-    kept_row = np.empty((M, L))
+    pid = np.empty(M, dtype=np.int64)
+    flat_row = np.empty(M * L)
+    cols = np.empty(L, dtype=np.int64)
     idx = np.empty(M, dtype=np.int64)
     perm = np.empty(D, dtype=np.int64)
     state = np.zeros(1, dtype=np.uint64)
-    row = np.empty(L)
-    lrow = np.empty(L)
-    rrow = np.empty(L)
+    row_buf = np.empty(L)
+    lrow_buf = np.empty(L)
+    rrow_buf = np.empty(L)
     for k in range(k0, k1):
         s = slot[leaves[k]]
-        n = n_kept[s]
         state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
-        for a in range(L):
-            row[a] = 0.0
+        n, Lc = _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols)
+        kept_row = flat_row[:n * Lc].reshape((n, Lc))
+        row = row_buf[:Lc]
+        lrow = lrow_buf[:Lc]
+        rrow = rrow_buf[:Lc]
+        row[:] = 0.0
         for m in range(n):
             idx[m] = m
-            kept_x[m] = store_x[kept[s, m]]
-            for a in range(L):
-                kept_row[m, a] = kept_c[s, m] * store_row[kept[s, m], a]
+            for a in range(Lc):
                 row[a] += kept_row[m, a]
         w, h = _impurity(row, criterion)
         if h <= 1e-12:  # pure: no test gains
             best[k] = -1
             gain[k] = 0.0
             continue
-        f, t, g = _best_kept_test(kept_x, kept_row, idx, 0, n, row, w, h, state, perm, rho, n_thr, criterion,
+        f, t, g = _best_kept_test(store_x, pid, kept_row, idx, 0, n, row, w, h, state, perm, rho, n_thr, criterion,
                                   min_leaf, lrow, rrow)
         if f < 0 or g <= 1e-12 or g < min_gain:
             best[k] = -1
@@ -529,15 +557,16 @@ def _best_kept_range(k0, k1, leaves, slot, store_x, store_row, kept, kept_c, n_k
         gain[k] = g
         cand_dim[s, 0] = f
         cand_thr[s, 0] = t
-        for a in range(L):
-            lrow[a] = 0.0
+        lrow[:] = 0.0
         for m in range(n):
-            if kept_x[m, f] <= t:
-                for a in range(L):
+            if store_x[pid[m], f] <= t:
+                for a in range(Lc):
                     lrow[a] += kept_row[m, a]
-        for a in range(L):
-            left[s, 0, a] = lrow[a]
-            since[s, 0, a] = row[a]
+        left[s, 0] = 0.0
+        since[s, 0] = 0.0
+        for a in range(Lc):
+            left[s, 0, cols[a]] = lrow[a]
+            since[s, 0, cols[a]] = row[a]
 
 
 @njit(cache=True, nogil=True)
@@ -665,30 +694,36 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
     L = store_row.shape[1]
     D = store_x.shape[1]
     M = kept.shape[1]
-    kept_x = np.empty((M, D), dtype=np.float32)
-    kept_row = np.empty((M, L))
+    pid = np.empty(M, dtype=np.int64)
+    flat_row = np.empty(M * L)
+    cols = np.empty(L, dtype=np.int64)
     perm = np.empty(D, dtype=np.int64)
     state = np.zeros(1, dtype=np.uint64)
     idx = np.empty(M, dtype=np.int64)
     stack = np.empty((2 * M, 4), dtype=np.int64)  # local node, first point, end, depth below the leaf
-    row = np.empty(L)
-    lrow = np.empty(L)
-    rrow = np.empty(L)
-    total = np.empty(L)
+    row_buf = np.empty(L)
+    lrow_buf = np.empty(L)
+    rrow_buf = np.empty(L)
+    total_buf = np.empty(L)
+    rest = np.empty(L)  # the leaf's statistics not carried by kept points
     for k in range(k0, k1):
         s = slots[k]
-        n = n_kept[s]
         state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
+        n, Lc = _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols)
+        kept_row = flat_row[:n * Lc].reshape((n, Lc))
+        row = row_buf[:Lc]
+        lrow = lrow_buf[:Lc]
+        rrow = rrow_buf[:Lc]
+        total = total_buf[:Lc]
+        total[:] = 0.0
         for m in range(n):
             idx[m] = m
-            kept_x[m] = store_x[kept[s, m]]
-            for a in range(L):
-                kept_row[m, a] = kept_c[s, m] * store_row[kept[s, m], a]
-        for a in range(L):
-            total[a] = 0.0
-        for m in range(n):
-            for a in range(L):
+            for a in range(Lc):
                 total[a] += kept_row[m, a]
+        for a in range(L):
+            rest[a] = leaf_stats[k, a]
+        for a in range(Lc):
+            rest[cols[a]] -= total[a]
         w_kept, _ = _impurity(total, criterion)
         b = base[k]
         used = 1
@@ -703,30 +738,31 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
             hi = stack[top, 2]
             below = stack[top, 3]
             top -= 1
-            for a in range(L):
-                row[a] = 0.0
+            row[:] = 0.0
             for m in range(lo, hi):
-                for a in range(L):
+                for a in range(Lc):
                     row[a] += kept_row[idx[m], a]
             w, h = _impurity(row, criterion)
             g = b + node
             sub_depth[g] = depth0[k] + below
             share = w / w_kept if w_kept > 0.0 else 0.0
             for a in range(L):
-                sub_stats[g, a] = row[a] + share * (leaf_stats[k, a] - total[a])
+                sub_stats[g, a] = share * rest[a]
+            for a in range(Lc):
+                sub_stats[g, cols[a]] += row[a]
             sub_w[g] = w
             sub_child[g] = -1
             sub_gain[g] = 0.0
             if hi - lo < 2 or h <= 1e-12 or sub_depth[g] >= max_depth:
                 continue
-            best_dim, best_thr, best_gain = _best_kept_test(kept_x, kept_row, idx, lo, hi, row, w, h, state, perm,
+            best_dim, best_thr, best_gain = _best_kept_test(store_x, pid, kept_row, idx, lo, hi, row, w, h, state, perm,
                                                             rho, n_thr, criterion, min_leaf, lrow, rrow)
             if best_dim < 0:
                 continue
             i = lo
             j = hi - 1
             while i <= j:  # points at or below the threshold first
-                if kept_x[idx[i], best_dim] <= best_thr:
+                if store_x[pid[idx[i]], best_dim] <= best_thr:
                     i += 1
                 else:
                     tmp = idx[i]
@@ -748,14 +784,14 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
 
 
 @njit(cache=True, nogil=True)
-def _best_kept_test(kept_x, kept_row, idx, lo, hi, row, w, h, state, perm, rho, n_thr, criterion, min_leaf, lrow,
+def _best_kept_test(store_x, pid, kept_row, idx, lo, hi, row, w, h, state, perm, rho, n_thr, criterion, min_leaf, lrow,
                     rrow):  # pragma: no cover - numba
-    """The best axis test on kept points idx[lo:hi] (inputs kept_x (M, D), statistics kept_row (M, L); their sum
+    """The best axis test on kept points idx[lo:hi] (inputs store_x[pid] (M, D), statistics kept_row (M, L); their sum
     `row`, of weight w and impurity h), as the batch trees search: rho distinct random dimensions, n_thr uniform
     thresholds each within the points' range (at most n - 1 for n points; every value when n_thr <= 0).
     Randomness from the splitmix `state`. Returns (dimension, threshold, gain); dimension -1 when no test gains
     with min_leaf each side."""
-    D = kept_x.shape[1]
+    D = store_x.shape[1]
     L = row.shape[0]
     n = hi - lo
     # n points have at most n - 1 gaps: more uniform thresholds than that mostly repeat a partition.
@@ -776,7 +812,7 @@ def _best_kept_test(kept_x, kept_row, idx, lo, hi, row, w, h, state, perm, rho, 
         xmin = np.inf
         xmax = -np.inf
         for m in range(n):
-            v = kept_x[idx[lo + m], f]
+            v = store_x[pid[idx[lo + m]], f]
             vals[m] = v
             xmin = min(xmin, v)
             xmax = max(xmax, v)
