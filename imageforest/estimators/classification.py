@@ -179,11 +179,15 @@ class ClassificationForest(BaseForest):
         rows = np.zeros((X.shape[0], known.size))
         rows[np.arange(X.shape[0]), idx] = weights
         self.classes_ = known
-        stats = self._online_step(X, rows, CRITERIA[self.criterion])
+        self._online_step(X, rows, CRITERIA[self.criterion])
+        return self
+
+    _online_exports: ClassVar[tuple[str, ...]] = ("forest_", "leaf_posterior_")
+
+    def _online_leaves(self, stats: np.ndarray) -> None:
         total = stats.sum(axis=1, keepdims=True)
         prior = self._online_totals / max(self._online_totals.sum(), 1e-300)
         self.leaf_posterior_ = np.where(total > 0, stats / np.maximum(total, 1e-300), prior).astype(np.float32)
-        return self
 
     def _label_objective(self, y, n_points: int, sw: np.ndarray) -> tuple[Objective, np.ndarray]:
         """Validate labels and settings; returns the objective and class-re-weighted sample weights."""

@@ -153,7 +153,15 @@ class RegressionForest(BaseForest):
         Yc = Y - self._online_shift
         rows = np.concatenate([sw[:, None], sw[:, None] * Yc,
                                (sw[:, None, None] * Yc[:, :, None] * Yc[:, None, :]).reshape(-1, q * q)], axis=1)
-        stats = self._online_step(X, rows, SQUARED_ERROR)
+        self.n_outputs_ = q
+        self._y_1d = np.ndim(y) == 1
+        self._online_step(X, rows, SQUARED_ERROR)
+        return self
+
+    _online_exports: ClassVar[tuple[str, ...]] = ("forest_", "leaf_mean_", "leaf_cov_")
+
+    def _online_leaves(self, stats: np.ndarray) -> None:
+        q = self.n_outputs_
         totals = self._online_totals
         overall = totals[1:1 + q] / max(totals[0], 1e-300)
         overall_cov = totals[1 + q:].reshape(q, q) / max(totals[0], 1e-300) - np.outer(overall, overall)
@@ -168,9 +176,6 @@ class RegressionForest(BaseForest):
         self.leaf_mean_ = mean + self._online_shift
         if self.leaf_model == "gaussian":
             self.leaf_cov_ = cov
-        self.n_outputs_ = q
-        self._y_1d = np.ndim(y) == 1
-        return self
 
     def _grow_consistent(self, X: np.ndarray, Y: np.ndarray, sample_weight: np.ndarray) -> GrownForest:
         """Grow the trees of a consistent variant (`imageforest.forest.consistent`) on X (n, d)."""

@@ -115,6 +115,24 @@ def test_memory_brings_the_online_forest_to_the_batch_forest(spiral):
     assert scores[32][1] > batch.score(Xt, yt) - 0.03
 
 
+def test_the_forest_is_exported_when_first_read(spiral):
+    X, y, Xt, _ = spiral
+    model = ClassificationForest(4, random_state=0).partial_fit(X[:500], y[:500], classes=[0, 1, 2, 3])
+    assert "forest_" not in model.__dict__ and "leaf_posterior_" not in model.__dict__
+    first = model.predict_proba(Xt)
+    assert "forest_" in model.__dict__
+    model.partial_fit(X[500:1000], y[500:1000])
+    assert "forest_" not in model.__dict__  # the export of the last call is dropped, not served stale
+    second = model.predict_proba(Xt)
+    assert not np.array_equal(first, second)
+    unread = ClassificationForest(4, random_state=0).partial_fit(X[:500], y[:500], classes=[0, 1, 2, 3])
+    unread.partial_fit(X[500:1000], y[500:1000])
+    assert np.array_equal(unread.predict_proba(Xt), second)  # reading in between changes nothing
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        _ = model.no_such_thing
+    assert not hasattr(RegressionForest(2, leaf_model="constant").partial_fit(X[:300], y[:300]), "leaf_cov_")
+
+
 def test_fit_after_partial_fit_starts_afresh(spiral):
     X, y, _, _ = spiral
     model = ClassificationForest(5, random_state=0).partial_fit(X[:500], y[:500], classes=[0, 1, 2, 3])
