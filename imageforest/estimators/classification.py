@@ -136,9 +136,10 @@ class ClassificationForest(BaseForest):
     def partial_fit(self, X, y, classes=None, sample_weight=None) -> ClassificationForest:
         """Grow the forest online with one more batch of points (Saffari et al., "On-line random forests", 2009).
 
-        New points update the statistics of the leaves they reach; a leaf that has seen `online_min_samples`
-        points splits on the best of the candidate tests it drew when it was made (see
-        `imageforest.forest.online`). After each call the forest predicts, saves and loads like a batch-grown one.
+        New points update the statistics of the leaves they reach (and are kept by them, up to `online_memory`);
+        a leaf that has seen `online_min_samples` points splits on its best test (see `imageforest.forest.online`).
+        After each call the forest predicts, saves and loads like a batch-grown one; its trees are exported, and
+        their leaves completed, when it is first read after the call.
 
         Parameters
         ----------
