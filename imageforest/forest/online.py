@@ -485,11 +485,14 @@ def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, see
 
 
 @njit(cache=True, nogil=True)
-def _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols):  # pragma: no cover - numba
-    """Gather slot s's kept points: their ids in the store into pid[:n] (inputs stay in the store: a search
-    reads only rho of their D values), statistics rows (times their copies) into flat_row as
-    an (n, Lc) block over the columns cols[:Lc]. Class counts keep only the classes the leaf holds (the search's
-    cost goes with Lc); regression sums keep every column. Returns (n, Lc)."""
+def _load_leaf(node, s, seed, state, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols, idx,
+               total):  # pragma: no cover - numba
+    """Set up the search over the kept points of leaf `node` (slot s): its own generator in `state` (from the
+    forest's seed and the node), the points' ids in the store in pid[:n] (inputs stay in the store: a search
+    reads only rho of their D values), their statistics rows (times their copies) in flat_row as an (n, Lc) block
+    over the columns cols[:Lc], idx[:n] = 0..n-1, and the rows' sum in total[:Lc]. Class counts keep only the
+    classes the leaf holds (the search's cost goes with Lc); regression sums keep every column. Returns (n, Lc)."""
+    state[0] = np.uint64(seed) ^ (np.uint64(node) * np.uint64(0xD1B54A32D192ED03))
     L = store_row.shape[1]
     n = np.int64(n_kept[s])
     Lc = np.int64(0)
@@ -502,11 +505,16 @@ def _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, col
         if held:
             cols[Lc] = a
             Lc += 1
+    for c in range(Lc):
+        total[c] = 0.0
     for m in range(n):
         p = kept[s, m]
         pid[m] = p
+        idx[m] = m
         for c in range(Lc):
-            flat_row[m * Lc + c] = kept_c[s, m] * store_row[p, cols[c]]
+            v = kept_c[s, m] * store_row[p, cols[c]]
+            flat_row[m * Lc + c] = v
+            total[c] += v
     return n, Lc
 
 
@@ -531,17 +539,12 @@ def _best_kept_range(k0, k1, leaves, slot, store_x, store_row, kept, kept_c, n_k
     rrow_buf = np.empty(L)
     for k in range(k0, k1):
         s = slot[leaves[k]]
-        state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
-        n, Lc = _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols)
+        n, Lc = _load_leaf(leaves[k], s, seed, state, store_row, kept, kept_c, n_kept, criterion, pid, flat_row,
+                           cols, idx, row_buf)
         kept_row = flat_row[:n * Lc].reshape((n, Lc))
         row = row_buf[:Lc]
         lrow = lrow_buf[:Lc]
         rrow = rrow_buf[:Lc]
-        row[:] = 0.0
-        for m in range(n):
-            idx[m] = m
-            for a in range(Lc):
-                row[a] += kept_row[m, a]
         w, h = _impurity(row, criterion)
         if h <= 1e-12:  # pure: no test gains
             best[k] = -1
@@ -708,18 +711,13 @@ def _complete_range(k0, k1, leaves, slots, depth0, max_depth, store_x, store_row
     rest = np.empty(L)  # the leaf's statistics not carried by kept points
     for k in range(k0, k1):
         s = slots[k]
-        state[0] = np.uint64(seed) ^ (np.uint64(leaves[k]) * np.uint64(0xD1B54A32D192ED03))
-        n, Lc = _load_kept(s, store_row, kept, kept_c, n_kept, criterion, pid, flat_row, cols)
+        n, Lc = _load_leaf(leaves[k], s, seed, state, store_row, kept, kept_c, n_kept, criterion, pid, flat_row,
+                           cols, idx, total_buf)
         kept_row = flat_row[:n * Lc].reshape((n, Lc))
         row = row_buf[:Lc]
         lrow = lrow_buf[:Lc]
         rrow = rrow_buf[:Lc]
         total = total_buf[:Lc]
-        total[:] = 0.0
-        for m in range(n):
-            idx[m] = m
-            for a in range(Lc):
-                total[a] += kept_row[m, a]
         for a in range(L):
             rest[a] = leaf_stats[k, a]
         for a in range(Lc):
