@@ -67,9 +67,7 @@ class GrowthSettings:
     structure: str = "tree"
     two_sided: bool = False
     threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
-    # A global loss (alternating decision forests): weights from the forest's margins, for the classification
-    # criterion (a node choosing a regression objective scores it with the points' own weights)
-    loss: str | None = None
+    loss: str | None = None  # a global loss (alternating decision forests): weights from the forest's margins
 
 
 @dataclass
@@ -404,12 +402,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                         sets = node_set[sel]
                         node_params = cand.rows(sets)
                         resp = family.responses(data, node_params, samples, pos_node)
-                        # A global loss re-weights the classification criterion only (Schulter et al. 2013,
-                        # sec. 5): offset and other regression criteria keep the points' own weights.
-                        if loss_labels is not None and crit > GINI:
-                            w_pos = sample_weight[samples]
-                        else:
-                            w_pos = wts[positions]
+                        w_pos = wts[positions]
                         # Gathering targets once per chunk turns every candidate's scan into sequential reads.
                         if targets.shape[1] <= GATHER_MAX_OUTPUTS:
                             lab_c = labels[samples] if labels.size else labels

@@ -21,10 +21,9 @@ def problem():
     return X, labels, targets
 
 
-def grow(objective, seed=0, depth=3, **settings):
+def grow(objective, seed=0, depth=3):
     X, _, _ = problem()
-    est = ClassificationForest(n_trees=4, max_depth=depth, n_candidates=2, n_thresholds=None, random_state=seed,
-                               **settings)
+    est = ClassificationForest(n_trees=4, max_depth=depth, n_candidates=2, n_thresholds=None, random_state=seed)
     return est.grow(VectorFeatures("axis", 2), X, X.shape[0], objective).forest
 
 
@@ -62,23 +61,6 @@ def test_random_choice_mixes_objectives_and_is_deterministic():
     f = grow(mixed, seed=3, depth=6)
     split = f.child >= 0
     assert set(np.unique(f.params[split, 0]).astype(int)) == {0, 1}  # both objectives' features are used
-
-
-def test_a_global_loss_weighs_the_class_criterion_only():
-    """Schulter et al.'s alternating Hough forests re-weight the classification criterion; nodes that reduce offset
-    uncertainty score their tests with the points' own weights, so they choose as without the loss."""
-    _X, labels, targets = problem()
-    rng = np.random.default_rng(1)
-    noisy = labels ^ (rng.random(labels.size) < 0.2)  # margins that differ from point to point
-    dense = np.where(np.isnan(targets), 0.0, targets) + rng.normal(0, 1.0, targets.shape)  # never offset-pure
-    clf, reg = Objective.classification(noisy, 2), Objective.regression(dense)
-    offsets = NodeObjectives.by_depth([clf, reg], lambda d: 1)
-    plain = grow(offsets, depth=6)
-    weighted = grow(offsets, depth=6, growth="alternating", loss="exponential")
-    for name in ("params", "thr_hi", "child"):
-        assert np.array_equal(getattr(plain, name), getattr(weighted, name))
-    # the weights are there: the nodes below the root record the loss's weight, not the point count
-    assert not np.allclose(plain.weight, weighted.weight)
 
 
 def test_a_node_pure_in_class_splits_on_offsets():
