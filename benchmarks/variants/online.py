@@ -61,7 +61,7 @@ def main() -> None:
         if args.memory is not None:
             online.set_params(online_memory=args.memory)
         alpha, memory = online.online_min_samples, online.online_memory
-        ClassificationForest(2, random_state=0).partial_fit(X[:200], y[:200], classes=classes)  # compile first
+        ClassificationForest(2, random_state=0).partial_fit(X[:200], y[:200], classes=classes).predict(X[:5])  # compile
         sgd = SGDClassifier(random_state=args.seed)
         rows = []
         start_rss = rss_bytes()
