@@ -159,8 +159,9 @@ class OnlineGrowth:
         self.R = 1 if self.M else self.rho
         self.S = max(1, min(int(settings.n_sources), self.R))
         self.n_thr = int(settings.n_thresholds)
-        # The completion subtrees' generator: drawn once, so that they depend on the seed and not on how often
-        # the forest is exported.
+        # Seed of every leaf's own generator (its test chosen from kept points, its completion subtree): drawn
+        # once, so that these draws depend on the seed and the node, not on the threads or how often the forest
+        # is read.
         self.completion_seed = int(rng.integers(1 << 62)) if self.M > 0 else 0
         self.store = PointStore(self.n_features, self.stat_len)
         self.max_depth = np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth)
