@@ -169,6 +169,8 @@ def test_online_regression_tracks_the_function():
      lambda m, X, y: m.partial_fit(X, y, classes=[0, 1, 2, 3]), "class_weight"),
     (lambda: RegressionForest(2, leaf_model="linear"), lambda m, X, y: m.partial_fit(X, y), "leaf model"),
     (lambda: RegressionForest(2), lambda m, X, y: m.partial_fit(X, y, classes=[0, 1]), "takes no classes"),
+    (lambda: ClassificationForest(2, online_memory=-1),
+     lambda m, X, y: m.partial_fit(X, y, classes=[0, 1, 2, 3]), "online_memory must be an integer >= 0"),
 ])
 def test_bad_online_calls_are_named(spiral, make, call, message):
     X, y, _, _ = spiral
