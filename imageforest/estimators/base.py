@@ -179,7 +179,7 @@ class BaseForest:
             The forest's flat arrays plus each leaf's training points.
         """
         sample_weight = check_sample_weight(sample_weight, n_points)
-        self._end_online()  # a batch fit ends any online growth
+        self.__dict__.pop("_online", None)  # a batch fit ends any online growth
         settings = self._settings(family.n_features)
         settings.max_samples = self._max_samples(n_points)
         rng = np.random.default_rng(self.random_state)
@@ -193,38 +193,35 @@ class BaseForest:
 
     def _prepare_fit(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray]:
         X = check_matrix(X)
-        self._end_online()
+        self.__dict__.pop("_online", None)
         return X, check_sample_weight(sample_weight, X.shape[0])
 
     # -- online growth ------------------------------------------------------------------------------------
     # Attributes a `partial_fit` call leaves to be computed when first read: exporting the growing trees (and
     # completing their leaves) costs more than the update, and a stream is often read less often than it is fed.
+    # An export is pending while online trees exist and `forest_` does not.
     _online_exports: ClassVar[tuple[str, ...]] = ("forest_",)
 
     def __getattr__(self, name: str) -> Any:
         state = self.__dict__
-        if name in type(self)._online_exports and state.get("_online_pending"):
+        if name in type(self)._online_exports and "_online" in state and "forest_" not in state:
             self._online_export()
             if name in state:
                 return state[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _end_online(self) -> None:
-        for key in ("_online", "_online_pending"):
-            self.__dict__.pop(key, None)
 
     def _online_export(self) -> None:
         """Export the growing trees as this estimator's forest and leaf tables."""
         with numba_threads(self.n_jobs):
             forest, stats = self._online.export()
             self.family_.prepare_apply(forest)
-        self.forest_ = forest
         self._online_leaves(stats)
-        self._online_pending = False
+        self.forest_ = forest  # last: its presence says the export is done
 
     def _online_leaves(self, stats: np.ndarray) -> None:
         """Leaf tables from each leaf's statistics row (n_leaves, L); set by the subclasses that stream."""
         raise NotImplementedError
+
     def _online_input(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray, bool]:
         """Checked inputs of a `partial_fit` call and whether it is the first (which starts the online trees)."""
         first = "_online" not in self.__dict__
@@ -263,7 +260,6 @@ class BaseForest:
         self._online_totals += rows.sum(axis=0)
         for name in type(self)._online_exports:
             self.__dict__.pop(name, None)
-        self._online_pending = True
 
     # -- the one primitive --------------------------------------------------------------------------------
     def _check_fitted(self) -> None:

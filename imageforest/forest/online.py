@@ -24,8 +24,8 @@ Online bagging (Oza & Russell 2001): each point counts Poisson(1) times in each 
 Points arrive in mini-batches: all trees route and count a batch in parallel (one thread per range of trees), then
 the leaves the batch reached decide their splits. Random draws happen in Python in a fixed order, or from a
 node's own generator, so the model bytes depend on the seed and the order of the data, never on the thread count.
-The forest is exported to the engine's flat storage after each call, so it predicts, saves and loads like any
-other.
+`export` gives the trees in the engine's flat storage (the estimators call it when the forest is first read after
+an update), so an online forest predicts, saves and loads like any other.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class OnlineSettings:
     max_depth : D, or None
     criterion : ENTROPY or GINI (class counts) or SQUARED_ERROR (regression sums)
     bagging : online bagging, Poisson(1) copies of each point per tree
-    memory : points a leaf that may still split keeps, replayed into its children when it splits (0: none)
+    memory : points a leaf that may still split keeps, handed on to its children when it splits (0: none)
     n_thresholds : K, uniform thresholds per candidate dimension when a test is chosen from kept points
         (0: every value)
     """
@@ -162,7 +162,7 @@ class OnlineGrowth:
         # Seed of every leaf's own generator (its test chosen from kept points, its completion subtree): drawn
         # once, so that these draws depend on the seed and the node, not on the threads or how often the forest
         # is read.
-        self.completion_seed = int(rng.integers(1 << 62)) if self.M > 0 else 0
+        self.leaf_seed = int(rng.integers(1 << 62)) if self.M > 0 else 0
         self.store = PointStore(self.n_features, self.stat_len)
         self.max_depth = np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth)
         self.n_nodes = T
@@ -273,7 +273,7 @@ class OnlineGrowth:
             # The test is chosen from the kept points as a batch tree would choose it.
             run_ranges(_best_kept_range, ready.size, ready, self.slot, self.store.x, self.store.row, self.kept,
                        self.kept_c, self.n_kept, min(self.rho, self.n_features), self.n_thr, s.criterion,
-                       float(s.min_samples_leaf), float(s.min_gain), self.completion_seed, self.cand_dim,
+                       float(s.min_samples_leaf), float(s.min_gain), self.leaf_seed, self.cand_dim,
                        self.cand_thr, self.left, self.since, best, gain)
         else:
             run_ranges(_best_candidate_range, ready.size, ready, self.slot, self.left, self.since, s.criterion,
@@ -397,7 +397,7 @@ class OnlineGrowth:
         run_ranges(_complete_range, leaves.size, leaves.astype(np.int64), slots, nodes["depth"][leaves],
                    self.max_depth, self.store.x, self.store.row, self.kept, self.kept_c, self.n_kept,
                    nodes["stats"][leaves], min(self.rho, self.n_features), self.n_thr, self.settings.criterion,
-                   float(self.settings.min_samples_leaf), self.completion_seed, base, sub["dim"], sub["thr"],
+                   float(self.settings.min_samples_leaf), self.leaf_seed, base, sub["dim"], sub["thr"],
                    sub["child"], sub["depth"], sub["gain"], sub["node_w"], sub["stats"], n_sub)
         owner = np.repeat(np.arange(leaves.size), sizes)
         keep = np.arange(total) - base[owner] < n_sub[owner]
@@ -469,8 +469,8 @@ def _keep(s, point, c, kept, kept_c, n_kept):  # pragma: no cover - numba
 def _replay_kept(parents, parent_slot, n_parent_kept, child, dim, thr, slot, seen, store_x, kept, kept_c,
                  n_kept):  # pragma: no cover - numba
     """Replay each split leaf's kept points, in arrival order, into its children (which must have room for
-    them). The left child holds its parent's slot: a point moves to a position at or
-    before its own, so the kept lists are compacted in place without being overwritten before they are read."""
+    them). The left child holds its parent's slot: a point moves to a position at or before its own, so the kept
+    lists are compacted in place without being overwritten before they are read."""
     for k in range(parents.shape[0]):
         p = parents[k]
         ps = parent_slot[k]
