@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from imageforest.forest.consistent import _below, _uniform
 from imageforest.forest.objectives import ENTROPY, GINI, SQUARED_ERROR
+from imageforest.forest.random_streams import _below, _uniform
 from imageforest.forest.storage import ForestArrays
 from imageforest.forest.threads import run_ranges
 from imageforest.forest.trainer import renumber_leaves_depth_first
