@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from imageforest.forest import subtree_growth
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
-from imageforest.forest.objectives import GINI, MIXED, NodeObjectives, Objective
+from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
     binned_gain_table,
@@ -39,6 +40,7 @@ from imageforest.forest.split_search import (
     sorted_search_applies,
 )
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.subtree_growth import SubtreeNodes, grow_subtrees
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -47,6 +49,8 @@ RESPONSE_BUDGET = 1 << 24
 # (node, candidate) pairs the fused search takes at once: its tables (uniforms, thresholds, gains, visiting order)
 # then stay a few MB each, small enough to be reused from the heap instead of being fresh pages every level.
 FUSED_PAIRS = 1 << 19
+# Positions grown depth-first per call (`grow_subtrees`): its node tables take about 100 bytes per position.
+SUBTREE_POSITIONS = 1 << 20
 # Regression targets with at most this many outputs are copied per chunk rather than read indirectly.
 GATHER_MAX_OUTPUTS = 8
 
@@ -286,6 +290,14 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         pos_targets = targets[order] if per_position and targets.size else targets[:0]
         src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
 
+    # Small nodes grow depth-first to their leaves (`subtree_growth`): axis-aligned responses (rows of one matrix)
+    # with class or one-target statistics and unit weights (no bagging, sample weights or global loss).
+    subtree_points = subtree_growth.SUBTREE_POINTS
+    subtrees = (rows_matrix is not None and per_position and unit_weights and subtree_points > 0
+                and points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                and family.sample_draws(rho) is not None and K is not None and K >= 1
+                and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
+
     # Frontier: node ids are contiguous per level, and ordered by tree.
     f_start = bounds[:-1].copy()
     f_end = bounds[1:].copy()
@@ -330,6 +342,25 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                      & (depth < max_depth))
 
         level = _LevelSplits.empty(n_front, family.param_width)
+        # Nodes grown depth-first take the ids after this level's; the next level's nodes follow them.
+        placed = 0
+        root_child = np.full(n_front, -1, dtype=np.int64)
+        if subtrees:
+            roots = np.flatnonzero(can_split & (counts <= subtree_points))
+            if roots.size:
+                can_split[roots] = False
+                seeds = rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
+                for a, b in _root_chunks(counts[roots], SUBTREE_POSITIONS):
+                    chunk = roots[a:b]
+                    sub = grow_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order,
+                                        pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
+                                        crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
+                                        configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
+                    n_sub, n_sub_leaves = _place_subtrees(sub, chunk, f_tree, next_id + placed, leaf_count,
+                                                          node_table, leaf_table, level, root_child, family)
+                    placed += n_sub
+                    leaf_count += n_sub_leaves
+        finished = root_child >= 0
 
         sp = np.flatnonzero(can_split)
         if sp.size:
@@ -454,8 +485,10 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
 
         # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
         child = np.empty(n_front, dtype=np.int32)
-        split_idx = np.flatnonzero(level.split)
+        split_idx = np.flatnonzero(level.split & ~finished)
+        next_id += placed
         child[split_idx] = next_id + 2 * np.arange(split_idx.size)
+        child[finished] = root_child[finished]
         leaf_idx = np.flatnonzero(~level.split)
         child[leaf_idx] = -(leaf_count + np.arange(leaf_idx.size)) - 1
         leaf_table.put(leaf_count, node=level_first_id + leaf_idx, tree=f_tree[leaf_idx], start=f_start[leaf_idx],
@@ -483,6 +516,49 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     if loss_labels is not None:
         wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
     return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_arrays["start"], leaf_arrays["end"]))
+
+
+def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, first_id: int, first_leaf: int,
+                    node_table: _Tables, leaf_table: _Tables, level: _LevelSplits, root_child: np.ndarray,
+                    family: FeatureFamily) -> tuple[int, int]:
+    """Write the nodes grown below `roots` (frontier indices) to the tables, taking node ids from `first_id` and
+    leaf ids from `first_leaf`; record each root's own test in `level` and its left child's id in `root_child`.
+    Returns the nodes and leaves written."""
+    is_root = sub.local == 0
+    split = np.flatnonzero(sub.left[is_root] >= 0)
+    below = ~is_root
+    block = sub.block[below]
+    n_below = np.bincount(block, minlength=roots.size)
+    first = first_id + np.cumsum(n_below) - n_below  # block b's node of local index l > 0 takes id first[b] + l - 1
+    ids = first[block] + sub.local[below] - 1
+    left = sub.left[below]
+    is_leaf = left < 0
+    n_leaves = int(is_leaf.sum())
+    child = (first[block] + left - 1).astype(np.int32)
+    child[is_leaf] = -(first_leaf + np.arange(n_leaves)) - 1
+    node_table.put(first_id, params=family.row_params(sub.row[below]), thr_lo=sub.thr_lo[below],
+                   thr_hi=sub.thr_hi[below], child=child, depth=sub.depth[below], gain=sub.gain[below],
+                   weight=sub.weight[below])
+    leaf_table.put(first_leaf, node=ids[is_leaf], tree=f_tree[roots[block[is_leaf]]], start=sub.start[below][is_leaf],
+                   end=sub.end[below][is_leaf])
+    top = np.flatnonzero(is_root)[split]
+    level.record(roots[split], np.ones(split.size, dtype=bool), np.zeros(split.size, dtype=np.int64),
+                 family.row_params(sub.row[top]), sub.thr_lo[top], sub.thr_hi[top], sub.gain[top])
+    root_child[roots[split]] = first[split]
+    return int(below.sum()), n_leaves
+
+
+def _root_chunks(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of subtree roots holding about `budget` positions each (one root at least): a chunk's
+    node tables take (2 x positions) rows."""
+    ends = np.cumsum(sizes)
+    out, a = [], 0
+    while a < sizes.size:
+        base = ends[a - 1] if a else 0
+        b = max(int(np.searchsorted(ends, base + budget, side="right")), a + 1)
+        out.append((a, b))
+        a = b
+    return out
 
 
 class LevelRows:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from imageforest import ClassificationForest, RegressionForest
-from imageforest.forest import trainer
+from imageforest.forest import subtree_growth, trainer
 from imageforest.forest.weak_learners import VectorFeatures
 
 RNG = np.random.default_rng(3)
@@ -13,6 +13,14 @@ Y_CLASS = (X[:, 0] + 0.5 * X[:, 3] ** 2 + 0.3 * RNG.standard_normal(1500) > 0.4)
 # twelve classes: the generic path bins and scores each node over the classes it holds, the fused one over all
 Y_MANY = np.digitize(X[:, 0] + 0.5 * X[:, 1] + 0.2 * RNG.standard_normal(1500), np.linspace(-2.0, 2.0, 11))
 Y_REG = np.stack([np.sin(X[:, 0]) + X[:, 1], X[:, 2] * X[:, 3]], axis=1)
+
+
+@pytest.fixture(autouse=True)
+def level_wise_to_the_leaves(monkeypatch):
+    """These tests compare level-wise paths: no node is handed to depth-first subtree growth (whose own random
+    draws make other trees)."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 0)
+
 
 CASES = [
     (ClassificationForest, Y_CLASS, dict(n_thresholds=1, n_candidates="sqrt")),

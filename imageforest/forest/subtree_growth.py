@@ -1,0 +1,511 @@
+"""Depth-first growth of small nodes: a node of few points is grown to its leaves in one compiled pass.
+
+Level-wise growth visits every node of a level before any of the next, so by the time a deep node is searched its
+points' rows of the training matrix were last read a whole level (tens of megabytes) ago, and every level also pays
+per-level Python and table-building costs. Below `SUBTREE_POINTS` points a node's rows fit in the core's cache:
+growing its whole subtree at once, as a depth-first builder does, reads them from memory once.
+
+A subtree searches exactly as the level-wise fused search does (rho distinct rows of the matrix, K uniform
+thresholds over each candidate's range, the same gains, ties broken uniformly at random, the same stopping rules),
+but draws its randomness from a generator of its own, seeded per subtree from the forest's generator: the trees
+depend on the seed only, never on the thread count. Only axis-aligned responses (rows of one matrix) with class
+or one-target regression statistics and unit weights take this path.
+
+The kernels call their helpers instead of inlining them: a first fit in a new environment compiles each once
+(inlined, they doubled the first classification fit's compile time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from imageforest.forest.random_streams import _below, _uniform
+from imageforest.forest.row_split_search import (
+    _gather_and_draw,
+    _prefix_sums,
+    _score_one_target,
+    _score_one_target_threshold,
+)
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
+
+# Nodes of at most this many points are grown depth-first to their leaves (0: level by level to the end).
+SUBTREE_POINTS = 128
+# Training matrices smaller than this take no subtrees: they stay in the cores' caches level after level, so growing
+# depth-first gains nothing there (measured: equal fit times up to 10,000 x 50 float32), and a first small fit in a
+# new environment does not compile the subtree kernels.
+SUBTREE_MIN_BYTES = 4 << 20
+# Subtree roots per work range taken by a free thread (their costs differ by their sizes).
+CHUNKS_PER_THREAD = 16
+
+
+@dataclass
+class SubtreeNodes:
+    """Nodes grown below subtree roots, root first in each block, every node of a block after its parent.
+
+    Attributes
+    ----------
+    block : (n,) int64, which root (index into the roots given) the node descends from
+    local : (n,) int64, the node's index within its block (0: the root itself)
+    row : (n,) int64, the matrix row its test reads (split nodes)
+    thr_lo, thr_hi : (n,) float32, the test lo < f <= hi (split nodes; -inf / inf at leaves)
+    left : (n,) int64, local index of the left child (the right one follows it), -1 at leaves
+    depth : (n,) int32; gain : (n,) float32; weight : (n,) float64
+    start, end : (n,) int64, a leaf's positions in the order (meaningless at split nodes)
+    """
+
+    block: np.ndarray
+    local: np.ndarray
+    row: np.ndarray
+    thr_lo: np.ndarray
+    thr_hi: np.ndarray
+    left: np.ndarray
+    depth: np.ndarray
+    gain: np.ndarray
+    weight: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+def grow_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: int, seeds: np.ndarray,
+                  P: np.ndarray, order: np.ndarray, pos_labels: np.ndarray, pos_targets: np.ndarray, classes: bool,
+                  n_stats: int, gini: bool, squared: bool, reg: float, rho: int, n_thresholds: int,
+                  configs: np.ndarray, min_samples_split: int, min_samples_leaf: int, min_gain: float,
+                  max_depth: int) -> SubtreeNodes:
+    """Grow each root's subtree to its leaves (unit weights), partitioning its positions of `order` and of
+    `pos_labels` or `pos_targets` in place as level-wise growth would.
+
+    Parameters
+    ----------
+    roots_start, roots_end : (R,) int64, root r owns positions [start, end) of the order
+    roots_depth : depth of every root (one level's nodes)
+    seeds : (R,) uint64, each subtree's generator seed
+    P : (n_points, n_rows) float32, the training matrix point-major (C-contiguous)
+    classes : class labels (`pos_labels`, n_stats classes; entropy or `gini`), else one regression target
+        (`pos_targets` (n_positions, 1); squared error, or the Gaussian objective regularised by `reg`)
+    configs : (B, 2) int64 from `partition_configs`
+    """
+    R = roots_start.shape[0]
+    sizes = roots_end - roots_start
+    cap_start = np.zeros(R + 1, dtype=np.int64)
+    np.cumsum(2 * sizes - 1, out=cap_start[1:])
+    n_cap = int(cap_start[-1])
+    row = np.zeros(n_cap, dtype=np.int64)
+    thr_lo = np.full(n_cap, -np.inf, dtype=np.float32)
+    thr_hi = np.full(n_cap, np.inf, dtype=np.float32)
+    left = np.full(n_cap, -1, dtype=np.int64)
+    depth = np.zeros(n_cap, dtype=np.int32)
+    gain = np.zeros(n_cap, dtype=np.float32)
+    weight = np.zeros(n_cap)
+    start = np.zeros(n_cap, dtype=np.int64)
+    end = np.zeros(n_cap, dtype=np.int64)
+    used = np.zeros(R, dtype=np.int64)
+    max_points = int(sizes.max()) if R else 1
+    common = (roots_start, roots_end, roots_depth, seeds, cap_start, P.reshape(-1), P.shape[1], order, max_points,
+              rho, n_thresholds, configs, min_samples_split, min_samples_leaf, float(min_gain), max_depth, row,
+              thr_lo, thr_hi, left, depth, gain, weight, start, end, used)
+    # Classification and regression each take a kernel of their own: a first fit compiles only its task's.
+    if classes:
+        run_ranges(_class_subtrees, R, *common, pos_labels, n_stats, bool(gini), chunks_per_thread=CHUNKS_PER_THREAD)
+    else:
+        run_ranges(_one_target_subtrees, R, *common, pos_targets[:, 0], bool(squared), float(reg),
+                   chunks_per_thread=CHUNKS_PER_THREAD)
+    block = np.repeat(np.arange(R, dtype=np.int64), used)
+    local = np.arange(int(used.sum()), dtype=np.int64) - np.repeat(np.cumsum(used) - used, used)
+    keep = cap_start[block] + local
+    return SubtreeNodes(block, local, row[keep], thr_lo[keep], thr_hi[keep], left[keep], depth[keep], gain[keep],
+                        weight[keep], start[keep], end[keep])
+
+
+@njit(cache=True, nogil=True)
+def _draw_rows(state, n_rows, rho, perm, swaps, rows):  # pragma: no cover - numba
+    """rho candidate rows into rows[:rho]: distinct ones by a partial Fisher-Yates shuffle of `perm` (the identity,
+    restored afterwards), repeated cyclically when rho exceeds n_rows, as the axis family draws them."""
+    k = min(rho, n_rows)
+    for i in range(k):
+        j = i + _below(state, n_rows - i)
+        swaps[i] = j
+        t = perm[i]
+        perm[i] = perm[j]
+        perm[j] = t
+        rows[i] = perm[i]
+    for i in range(k - 1, -1, -1):
+        j = swaps[i]
+        t = perm[i]
+        perm[i] = perm[j]
+        perm[j] = t
+    for i in range(k, rho):
+        rows[i] = rows[i % k]
+
+
+@njit(cache=True, nogil=True)
+def _pick_best(state, out):  # pragma: no cover - numba
+    """Flat index (c * B + g) of a best finite gain of out (rho, B), uniformly among those tied with it (the
+    level-wise `_tie_broken_argmax`'s rule), or -1 when none is finite."""
+    flat = out.reshape(-1)
+    best = -np.inf
+    for i in range(flat.shape[0]):
+        best = max(best, flat[i])
+    if not np.isfinite(best):
+        return -1
+    floor = best - 1e-9 * abs(best)
+    n_tied = 0
+    for i in range(flat.shape[0]):
+        n_tied += flat[i] >= floor
+    k = min(int(_uniform(state) * n_tied), n_tied - 1)
+    for i in range(flat.shape[0]):
+        if flat[i] >= floor:
+            if k == 0:
+                return i
+            k -= 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _band(thr, configs, best):  # pragma: no cover - numba
+    """The test lo < f <= hi of configuration `best` over the sorted thresholds thr (K,)."""
+    i = configs[best, 0]
+    j = configs[best, 1]
+    lo = np.float32(-np.inf) if i == 0 else thr[i - 1]
+    hi = np.float32(np.inf) if j == thr.shape[0] + 1 else thr[j - 1]
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def _partition(P, n_rows, r, lo, hi, order, carried, a, e, go, tmp_o, tmp_c):  # pragma: no cover - numba
+    """Stable partition of positions [a, e) of `order` and `carried` (labels or targets per position) by
+    lo < P[point, r] <= hi, left-going first; returns the left count."""
+    n = e - a
+    nl = 0
+    for m in range(n):
+        v = P[np.uint64(order[a + m]) * np.uint64(n_rows) + np.uint64(r)]
+        go[m] = v > lo and v <= hi
+        nl += go[m]
+    i_left = 0
+    i_right = nl
+    for m in range(n):
+        d = i_left if go[m] else i_right
+        tmp_o[d] = order[a + m]
+        tmp_c[d] = carried[a + m]
+        if go[m]:
+            i_left += 1
+        else:
+            i_right += 1
+    for m in range(n):
+        order[a + m] = tmp_o[m]
+        carried[a + m] = tmp_c[m]
+    return nl
+
+
+@njit(cache=True, inline="always")
+def _count_impurity(row, width, n, gini, clogc):  # pragma: no cover - numba
+    """n H of integer class counts row[:width] summing to n: n log n - sum c log c (c log c read from `clogc`), or
+    n - sum c^2 / n for Gini; the level-wise scorer's W H up to rounding, without a logarithm per class."""
+    if gini:
+        acc = 0.0
+        for t in range(width):
+            acc += row[t] * row[t]
+        return n - acc / n if n > 0 else 0.0
+    acc = clogc[np.int64(n)]
+    for t in range(width):
+        acc -= clogc[np.int64(row[t])]
+    return acc
+
+
+@njit(cache=True, nogil=True)
+def _class_node(labels, a, e, n_classes, counts, index, node_row, clab):  # pragma: no cover - numba
+    """A node's present classes: their counts into node_row[:width] (class order), each point's among them into
+    clab[:n]; returns (width, the largest count). `counts` (n_classes,) must be zero, and is left so."""
+    for m in range(a, e):
+        counts[np.int64(labels[m])] += 1
+    width = 0
+    biggest = 0
+    for t in range(counts.shape[0]):
+        if counts[t] > 0:
+            index[t] = width
+            node_row[width] = counts[t]
+            biggest = max(biggest, counts[t])
+            width += 1
+            counts[t] = 0
+    for m in range(e - a):
+        clab[m] = index[np.int64(labels[a + m])]
+    return width, biggest
+
+
+@njit(cache=True, nogil=True)
+def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, configs, gini, min_leaf, parent, clogc,
+                     cum, ccount, lrow, rrow, gains):  # pragma: no cover - numba
+    """One candidate row r of a node (positions a.., n points, present classes clab[:n]): its thresholds drawn
+    from u into thr (ascending) and every configuration's gain (parent - children) / n into gains (B,), -inf where a
+    child would be smaller than min_leaf."""
+    _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
+    k = thr.shape[0]
+    gains[:] = -np.inf
+    if k == 1 and width <= 4:
+        # Counts in registers from comparisons (a loop LLVM vectorises), instead of a table update per point.
+        t = thr[0]
+        n_right = 0
+        r1 = 0
+        r2 = 0
+        r3 = 0
+        c1 = 0
+        c2 = 0
+        c3 = 0
+        for m in range(n):
+            g = np.int64(t < vals[m])
+            lab = clab[m]
+            e1 = np.int64(lab == 1)
+            e2 = np.int64(lab == 2)
+            e3 = np.int64(lab == 3)
+            n_right += g
+            r1 += g & e1
+            r2 += g & e2
+            r3 += g & e3
+            c1 += e1
+            c2 += e2
+            c3 += e3
+        node = (n - c1 - c2 - c3, c1, c2, c3)
+        right = (n_right - r1 - r2 - r3, r1, r2, r3)
+        for j in range(width):
+            cum[0, j] = 0.0
+            cum[1, j] = np.float64(node[j] - right[j])
+            cum[2, j] = np.float64(node[j])
+        ccount[0] = 0
+        ccount[1] = n - n_right
+        ccount[2] = n
+    else:
+        for b in range(k + 2):
+            ccount[b] = 0
+            for j in range(width):
+                cum[b, j] = 0.0
+        for m in range(n):
+            v = vals[m]
+            b = 1
+            for j in range(k):
+                b += thr[j] < v
+            cum[b, clab[m]] += 1.0
+            ccount[b] += 1
+        _prefix_sums(cum, ccount, width)
+    for g in range(configs.shape[0]):
+        i = configs[g, 0]
+        j = configs[g, 1]
+        if g > 0 and i == configs[g - 1, 0] and ccount[j] == ccount[configs[g - 1, 1]]:
+            gains[g] = gains[g - 1]  # the bins in between are empty: the same children
+            continue
+        n_left = ccount[j] - ccount[i]
+        if n_left < min_leaf or n - n_left < min_leaf:
+            continue
+        for t in range(width):
+            lrow[t] = cum[j, t] - cum[i, t]
+            rrow[t] = cum[k + 1, t] - lrow[t]
+        child = _count_impurity(lrow, width, np.float64(n_left), gini, clogc)
+        child += _count_impurity(rrow, width, np.float64(n - n_left), gini, clogc)
+        gains[g] = (parent - child) / np.float64(n)
+
+
+@njit(cache=True, nogil=True)
+def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, configs, squared, reg, min_leaf, cum,
+                          ccount, out, c):  # pragma: no cover - numba
+    """One candidate row r of a node (positions a.., n points, one target per position): its thresholds drawn from
+    u into thr (ascending) and every configuration's gain into out[c], -inf where a child would be too small."""
+    _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
+    k = thr.shape[0]
+    out[c, :] = -np.inf
+    out3 = out.reshape((1, out.shape[0], out.shape[1]))
+    if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
+        _score_one_target_threshold(vals, n, thr[0], targets, a, squared, reg, min_leaf, out3, 0, c)
+        return
+    cum[:] = 0.0
+    ccount[:] = 0
+    for m in range(n):
+        v = vals[m]
+        b = 1
+        for j in range(k):
+            b += thr[j] < v
+        y = targets[a + m, 0]
+        cum[b, 0] += 1.0
+        cum[b, 1] += y
+        cum[b, 2] += y * y
+        ccount[b] += 1
+    _prefix_sums(cum, ccount)
+    _score_one_target(cum, ccount, np.float64(n), configs, squared, reg, min_leaf, out3, 0, c)
+
+
+@njit(cache=True, nogil=True)
+def _push_children(stack, top, first, a, mid, e, d):  # pragma: no cover - numba
+    """Push a split node's children (local indices first, first + 1; positions [a, mid) and [mid, e); depth d),
+    the left one on top so it is grown first; returns the new top."""
+    stack[top + 1, 0] = first + 1
+    stack[top + 1, 1] = mid
+    stack[top + 1, 2] = e
+    stack[top + 2, 0] = first
+    stack[top + 2, 1] = a
+    stack[top + 2, 2] = mid
+    stack[top + 1, 3] = d
+    stack[top + 2, 3] = d
+    return top + 2
+
+
+@njit(cache=True, inline="always")
+def _record_leaf(g, a, e, d, left, depth, weight, start, end):  # pragma: no cover - numba
+    left[g] = -1
+    depth[g] = d
+    weight[g] = e - a
+    start[g] = a
+    end[g] = e
+
+
+@njit(cache=True, nogil=True)
+def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_start, P, n_rows, order, max_points,
+                    rho, n_thr, configs, min_split, min_leaf, min_gain, max_depth, row, thr_lo, thr_hi, left, depth,
+                    gain, weight, start, end, used, labels, n_classes, gini):  # pragma: no cover - numba
+    """`grow_subtrees` for class labels, roots r0..r1."""
+    n_cfg = configs.shape[0]
+    state = np.zeros(1, dtype=np.uint64)
+    perm = np.arange(n_rows)
+    swaps = np.empty(rho, dtype=np.int64)
+    rows = np.empty(rho, dtype=np.int64)
+    u = np.empty(n_thr)
+    cand_thr = np.empty((rho, n_thr), dtype=np.float32)
+    out = np.empty((rho, n_cfg))
+    vals = np.empty(max_points, dtype=np.float32)
+    clab = np.empty(max_points, dtype=np.int64)
+    go = np.empty(max_points, dtype=np.bool_)
+    tmp_o = np.empty(max_points, dtype=order.dtype)
+    tmp_l = np.empty(max_points, dtype=labels.dtype)
+    stack = np.empty((max_points, 4), dtype=np.int64)  # local index, first position, end, depth
+    counts = np.zeros(n_classes, dtype=np.int64)
+    index = np.empty(n_classes, dtype=np.int64)
+    node_row = np.empty(n_classes)
+    cum = np.empty((n_thr + 2, n_classes))
+    ccount = np.empty(n_thr + 2, dtype=np.int64)
+    lrow = np.empty(n_classes)
+    rrow = np.empty(n_classes)
+    clogc = np.zeros(max_points + 1)  # c log c of the counts a node can hold
+    for t in range(2, max_points + 1):
+        clogc[t] = t * np.log(t)
+    for r in range(r0, r1):
+        state[0] = seeds[r]
+        base = cap_start[r]
+        n_used = 1
+        top = 0
+        stack[0, 0] = 0
+        stack[0, 1] = roots_start[r]
+        stack[0, 2] = roots_end[r]
+        stack[0, 3] = roots_depth
+        while top >= 0:
+            g = base + stack[top, 0]
+            a = stack[top, 1]
+            e = stack[top, 2]
+            d = stack[top, 3]
+            top -= 1
+            n = e - a
+            if n < min_split or n < 2 * min_leaf or d >= max_depth:
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            width, biggest = _class_node(labels, a, e, n_classes, counts, index, node_row, clab)
+            if biggest == n:  # pure
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            parent = _count_impurity(node_row, width, np.float64(n), gini, clogc)
+            _draw_rows(state, n_rows, rho, perm, swaps, rows)
+            for c in range(rho):
+                for j in range(n_thr):
+                    u[j] = _uniform(state)
+                _class_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], clab, width, configs, gini,
+                                 min_leaf, parent, clogc, cum, ccount, lrow, rrow, out[c])
+            best = _pick_best(state, out)
+            if best < 0 or not out[best // n_cfg, best % n_cfg] >= min_gain:
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            c = best // n_cfg
+            lo, hi = _band(cand_thr[c], configs, best % n_cfg)
+            nl = _partition(P, n_rows, rows[c], lo, hi, order, labels, a, e, go, tmp_o, tmp_l)
+            row[g] = rows[c]
+            thr_lo[g] = lo
+            thr_hi[g] = hi
+            gain[g] = out[c, best % n_cfg]
+            depth[g] = d
+            weight[g] = n
+            left[g] = n_used
+            top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
+            n_used += 2
+        used[r] = n_used
+
+
+@njit(cache=True, nogil=True)
+def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_start, P, n_rows, order,
+                         max_points, rho, n_thr, configs, min_split, min_leaf, min_gain, max_depth, row, thr_lo,
+                         thr_hi, left, depth, gain, weight, start, end, used, targets, squared,
+                         reg):  # pragma: no cover - numba
+    """`grow_subtrees` for one regression target per position (targets (n_positions,)), roots r0..r1."""
+    n_cfg = configs.shape[0]
+    state = np.zeros(1, dtype=np.uint64)
+    perm = np.arange(n_rows)
+    swaps = np.empty(rho, dtype=np.int64)
+    rows = np.empty(rho, dtype=np.int64)
+    u = np.empty(n_thr)
+    cand_thr = np.empty((rho, n_thr), dtype=np.float32)
+    out = np.empty((rho, n_cfg))
+    vals = np.empty(max_points, dtype=np.float32)
+    go = np.empty(max_points, dtype=np.bool_)
+    tmp_o = np.empty(max_points, dtype=order.dtype)
+    tmp_t = np.empty(max_points)
+    stack = np.empty((max_points, 4), dtype=np.int64)
+    cum = np.empty((n_thr + 2, 3))
+    ccount = np.empty(n_thr + 2, dtype=np.int64)
+    column = targets.reshape((targets.shape[0], 1))
+    for r in range(r0, r1):
+        state[0] = seeds[r]
+        base = cap_start[r]
+        n_used = 1
+        top = 0
+        stack[0, 0] = 0
+        stack[0, 1] = roots_start[r]
+        stack[0, 2] = roots_end[r]
+        stack[0, 3] = roots_depth
+        while top >= 0:
+            g = base + stack[top, 0]
+            a = stack[top, 1]
+            e = stack[top, 2]
+            d = stack[top, 3]
+            top -= 1
+            n = e - a
+            if n < min_split or n < 2 * min_leaf or d >= max_depth:
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            s1 = 0.0
+            s2 = 0.0
+            for m in range(a, e):
+                y = targets[m]
+                s1 += y
+                s2 += y * y
+            mean = s1 / n
+            if s2 / n - mean * mean <= 1e-12 * max(s2 / n, 1e-300):  # zero variance, as `_node_purity` judges it
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            _draw_rows(state, n_rows, rho, perm, swaps, rows)
+            for c in range(rho):
+                for j in range(n_thr):
+                    u[j] = _uniform(state)
+                _one_target_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], column, configs,
+                                      squared, reg, min_leaf, cum, ccount, out, c)
+            best = _pick_best(state, out)
+            if best < 0 or not out[best // n_cfg, best % n_cfg] >= min_gain:
+                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                continue
+            c = best // n_cfg
+            lo, hi = _band(cand_thr[c], configs, best % n_cfg)
+            nl = _partition(P, n_rows, rows[c], lo, hi, order, targets, a, e, go, tmp_o, tmp_t)
+            row[g] = rows[c]
+            thr_lo[g] = lo
+            thr_hi[g] = hi
+            gain[g] = out[c, best % n_cfg]
+            depth[g] = d
+            weight[g] = n
+            left[g] = n_used
+            top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
+            n_used += 2
+        used[r] = n_used

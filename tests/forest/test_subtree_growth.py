@@ -1,0 +1,98 @@
+"""Small nodes grown depth-first to their leaves must make the forests level-wise growth makes, in distribution:
+the same stopping rules, tests that route the training points as grown, and the same accuracy."""
+
+import numpy as np
+import pytest
+
+from imageforest import ClassificationForest, RegressionForest
+from imageforest.forest import subtree_growth, trainer
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal((3000, 10)).astype(np.float32)
+Y3 = (X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.4 * RNG.standard_normal(3000) > 0.5).astype(int) + (X[:, 2] > 0.8)
+Y_REG = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * RNG.standard_normal(3000)
+TRAIN, TEST = slice(0, 2000), slice(2000, None)
+
+SETTINGS = [
+    dict(n_thresholds=1, n_candidates="sqrt"),
+    dict(n_thresholds=1, n_candidates=3, criterion="gini"),
+    dict(n_thresholds=6, n_candidates=4, two_sided=True),
+    dict(n_thresholds=4, n_candidates=3, max_samples=1500),  # subsampled, unit weights
+    dict(n_thresholds=1, n_candidates=12),  # more candidates than features: features repeat
+]
+
+
+@pytest.fixture(autouse=True)
+def small_matrices_too(monkeypatch):
+    """The matrices here are small enough for level-wise growth to keep in cache: take subtrees anyway."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", 0)
+
+
+def _fit(cls, y, depth_first, monkeypatch, **settings):
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
+    return cls(n_trees=10, random_state=3, **settings).fit(X[TRAIN], y[TRAIN])
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_class_subtrees_grow_forests_as_good_as_level_wise_ones(settings, monkeypatch):
+    binary = (Y3 > 0).astype(int)
+    for y in (Y3, binary):
+        deep = _fit(ClassificationForest, y, True, monkeypatch, **settings)
+        level = _fit(ClassificationForest, y, False, monkeypatch, **settings)
+        deep.forest_.validate()
+        assert not np.array_equal(deep.forest_.child, level.forest_.child)  # the subtrees were grown here
+        if "max_samples" not in settings:  # grown to pure leaves: the tests route the points as they were split
+            assert np.mean(deep.predict(X[TRAIN]) == y[TRAIN]) == 1.0
+        acc_deep = np.mean(deep.predict(X[TEST]) == y[TEST])
+        acc_level = np.mean(level.predict(X[TEST]) == y[TEST])
+        assert abs(acc_deep - acc_level) < 0.03
+
+
+@pytest.mark.parametrize("criterion, n_thresholds", [("squared_error", 1), ("gaussian", 1), ("squared_error", 5)])
+def test_one_target_subtrees_grow_forests_as_good_as_level_wise_ones(criterion, n_thresholds, monkeypatch):
+    kw = dict(criterion=criterion, n_thresholds=n_thresholds, n_candidates=1.0, leaf_model="constant")
+    deep = _fit(RegressionForest, Y_REG, True, monkeypatch, **kw)
+    level = _fit(RegressionForest, Y_REG, False, monkeypatch, **kw)
+    deep.forest_.validate()
+    assert not np.array_equal(deep.forest_.child, level.forest_.child)
+    if criterion == "squared_error":  # leaves of one point (or of equal targets) reproduce the training targets
+        assert np.allclose(deep.predict(X[TRAIN]), Y_REG[TRAIN])
+    mse_deep = np.mean((deep.predict(X[TEST]) - Y_REG[TEST]) ** 2)
+    mse_level = np.mean((level.predict(X[TEST]) - Y_REG[TEST]) ** 2)
+    assert mse_deep < 1.1 * mse_level
+
+
+def test_subtrees_keep_the_stopping_rules(monkeypatch):
+    """Depth limit, minimum leaf and minimum split size hold below a subtree's root as above it."""
+    forest = _fit(ClassificationForest, Y3, True, monkeypatch, n_thresholds=1, n_candidates="sqrt", max_depth=9,
+                  min_samples_leaf=4, min_samples_split=12).forest_
+    leaf = forest.child < 0
+    assert forest.depth.max() <= 9
+    assert forest.weight[leaf].min() >= 4  # unit weights: a node's weight is its point count
+    assert np.all(forest.weight[~leaf] >= 12)
+    deep = _fit(ClassificationForest, Y3, True, monkeypatch, n_thresholds=1, n_candidates="sqrt").forest_
+    assert deep.depth.max() > 9
+
+
+def test_subtrees_depend_on_the_seed_only(monkeypatch):
+    """Whatever the threads, the order they take ranges of roots in, or how many roots one call grows."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64)
+    a = ClassificationForest(n_trees=6, random_state=1, n_jobs=1).fit(X, Y3).forest_
+    b = ClassificationForest(n_trees=6, random_state=1, n_jobs=2).fit(X, Y3).forest_
+    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
+    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)  # a level's subtrees grown a few roots at a time
+    c = ClassificationForest(n_trees=6, random_state=1, n_jobs=2).fit(X, Y3).forest_
+    for x, y in ((a, b), (a, c)):
+        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
+        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+
+
+@pytest.mark.parametrize("case", ["small matrix", "bootstrap"])
+def test_small_matrices_and_weighted_points_grow_level_by_level(case, monkeypatch):
+    """Subtrees take unit weights only (bagging weighs points by their copies) and matrices beyond the cache."""
+    kw = dict(n_thresholds=1, bootstrap=case == "bootstrap")
+    if case == "small matrix":
+        monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", X[TRAIN].nbytes + 1)
+    a = _fit(ClassificationForest, Y3, True, monkeypatch, **kw).forest_
+    b = _fit(ClassificationForest, Y3, False, monkeypatch, **kw).forest_
+    assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
