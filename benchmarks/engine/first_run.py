@@ -30,6 +30,13 @@ CASES = {
         "from imageforest import ClassificationForest\nClassificationForest(random_state=0).fit(X, y).predict(X)",
     "RegressionForest().fit(X, y).predict(X)":
         "from imageforest import RegressionForest\nRegressionForest(random_state=0).fit(X, X[:, 0]).predict(X)",
+    # beyond 4 MiB the trainer grows small nodes depth-first: a first large fit also compiles those kernels
+    "ClassificationForest, 20,000 x 60 float32":
+        "from imageforest import ClassificationForest\nXb = rng.normal(size=(20000, 60)).astype(np.float32)\n"
+        "ClassificationForest(random_state=0).fit(Xb, (Xb[:, 0] > 0).astype(int)).predict(Xb)",
+    "RegressionForest, 20,000 x 60 float32":
+        "from imageforest import RegressionForest\nXb = rng.normal(size=(20000, 60)).astype(np.float32)\n"
+        "RegressionForest(random_state=0).fit(Xb, Xb[:, 0] + Xb[:, 1]).predict(Xb)",
     "peer: ExtraTreesClassifier().fit(X, y).predict(X)":
         "from sklearn.ensemble import ExtraTreesClassifier\nExtraTreesClassifier(random_state=0).fit(X, y).predict(X)",
 }

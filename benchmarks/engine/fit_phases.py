@@ -3,8 +3,9 @@
     python benchmarks/engine/fit_phases.py [--n 100000] [--trees 50] [--config NAME ...]
 
 Phases: node statistics (per level), the split search (fused row search, binned table or exhaustive sort),
-candidates' responses (the generic path's gather), the partition, and the rest (per-level Python, draws, the
-leaf tables), timed by wrapping the trainer's kernels. Single configuration per line, 2 threads unless --threads.
+candidates' responses (the generic path's gather), the partition, small nodes grown depth-first to their leaves
+(search and partition included), and the rest (per-level Python, draws, the node and leaf tables), timed by
+wrapping the trainer's kernels. Single configuration per line, 2 threads unless --threads.
 Every fit runs in a process of its own, so that neither library reuses memory the other one had the machine map
 (on a virtual machine, first-touched memory can cost more than the fit's arithmetic), and reports its peak memory.
 """
@@ -27,13 +28,13 @@ from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor, RandomFo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from imageforest import ClassificationForest, RegressionForest
-from imageforest.forest import trainer
+from imageforest.forest import subtree_growth, trainer
 from imageforest.forest.weak_learners import VectorFeatures
 
 PHASES = {"segment_stats": "stats", "segment_class_counts": "stats", "segment_one_target_stats": "stats",
           "row_gain_table": "search", "binned_gain_table": "search", "exhaustive_best": "search",
           "exhaustive_best_sorted": "search", "lifted_gain_table": "search",
-          "partition_by_row": "partition", "partition_segments": "partition"}
+          "partition_by_row": "partition", "partition_segments": "partition", "grow_subtrees": "subtrees"}
 
 
 def instrument(totals: dict) -> None:
@@ -105,7 +106,10 @@ def fit_once(name: str, library: str, n: int, trees: int, threads: int, criterio
         trainer.sorted_search_applies = lambda *_: False
     totals: dict = defaultdict(float)
     instrument(totals)
+    floor = subtree_growth.SUBTREE_MIN_BYTES
+    subtree_growth.SUBTREE_MIN_BYTES = 0  # a small warm-up fit takes subtrees too: their kernels load here
     est.fit(X[:2000], y[:2000])  # compile (and import) outside the timing
+    subtree_growth.SUBTREE_MIN_BYTES = floor
     totals.clear()
     before = _rss_mb()
     t0 = time.perf_counter()
@@ -115,7 +119,7 @@ def fit_once(name: str, library: str, n: int, trees: int, threads: int, criterio
     pred = est.predict(X_test)
     score = float(np.mean(pred == y_test)) if "regression" not in name else float(np.mean((pred - y_test) ** 2))
     return dict(fit=fit, peak_mb=peak, data_mb=X.astype(np.float32).nbytes / 2**20, score=score,
-                phases=[totals[p] for p in ("stats", "search", "responses", "partition")])
+                phases=[totals[p] for p in ("stats", "search", "responses", "partition", "subtrees")])
 
 
 def main() -> None:
@@ -132,7 +136,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"n = {args.n} (regression 2n), T = {args.trees}, {args.threads} threads; seconds; every fit in a fresh "
           "process; peak: MB above the process's size before the fit; score: held-out accuracy, or MSE")
-    print(f"{'configuration':<23} {'fit':>7} {'stats':>7} {'search':>7} {'resp':>7} {'part':>7} {'rest':>7} "
+    print(f"{'configuration':<23} {'fit':>7} {'stats':>7} {'search':>7} {'resp':>7} {'part':>7} {'subtree':>7} "
+          f"{'rest':>7} "
           f"{'sklearn':>8} {'ratio':>6} {'peak':>7} {'sk peak':>8} {'data':>6} {'score':>7} {'sk score':>8}")
     spawn = multiprocessing.get_context("spawn")
     for name in CONFIGS:

@@ -234,7 +234,7 @@ def _class_node(labels, a, e, n_classes, counts, index, node_row, clab):  # prag
     return width, biggest
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
 def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, configs, gini, min_leaf, parent, clogc,
                      cum, ccount, lrow, rrow, gains):  # pragma: no cover - numba
     """One candidate row r of a node (positions a.., n points, present classes clab[:n]): its thresholds drawn
@@ -305,7 +305,7 @@ def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, confi
         gains[g] = (parent - child) / np.float64(n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
 def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, configs, squared, reg, min_leaf, cum,
                           ccount, out, c):  # pragma: no cover - numba
     """One candidate row r of a node (positions a.., n points, one target per position): its thresholds drawn from
