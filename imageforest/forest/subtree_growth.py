@@ -43,21 +43,23 @@ CHUNKS_PER_THREAD = 16
 
 @dataclass
 class SubtreeNodes:
-    """Nodes grown below subtree roots, root first in each block, every node of a block after its parent.
+    """Nodes grown below subtree roots: root r's block of rows starts at cap_start[r] and holds used[r] nodes, the
+    root itself first, every node after its parent, a split node's children at consecutive local indices.
 
     Attributes
     ----------
-    block : (n,) int64, which root (index into the roots given) the node descends from
-    local : (n,) int64, the node's index within its block (0: the root itself)
-    row : (n,) int64, the matrix row its test reads (split nodes)
-    thr_lo, thr_hi : (n,) float32, the test lo < f <= hi (split nodes; -inf / inf at leaves)
-    left : (n,) int64, local index of the left child (the right one follows it), -1 at leaves
-    depth : (n,) int32; gain : (n,) float32; weight : (n,) float64
-    start, end : (n,) int64, a leaf's positions in the order (meaningless at split nodes)
+    cap_start : (R + 1,) int64; used : (R,) int64; n_leaves : (R,) int64, leaves below each root (the root itself
+        not counted)
+    row : (C,) int64, the matrix row a split node's test reads
+    thr_lo, thr_hi : (C,) float32, the test lo < f <= hi (-inf / inf at leaves)
+    left : (C,) int64, local index of the left child (the right one follows it), -1 at leaves
+    depth : (C,) int32; gain : (C,) float32; weight : (C,) float64
+    start, end : (C,) int64, a leaf's positions in the order
     """
 
-    block: np.ndarray
-    local: np.ndarray
+    cap_start: np.ndarray
+    used: np.ndarray
+    n_leaves: np.ndarray
     row: np.ndarray
     thr_lo: np.ndarray
     thr_hi: np.ndarray
@@ -67,6 +69,46 @@ class SubtreeNodes:
     weight: np.ndarray
     start: np.ndarray
     end: np.ndarray
+
+    def place(self, node_first: np.ndarray, leaf_first: np.ndarray, root_tree: np.ndarray, params: np.ndarray,
+              thr_lo: np.ndarray, thr_hi: np.ndarray, child: np.ndarray, depth: np.ndarray, gain: np.ndarray,
+              weight: np.ndarray, leaf_node: np.ndarray, leaf_tree: np.ndarray, leaf_start: np.ndarray,
+              leaf_end: np.ndarray) -> None:
+        """Write every node below the roots into a forest's node columns (params: the row as a float, the axis
+        family's parameter) and their leaves into its leaf columns: root r's nodes take ids node_first[r].. in
+        local order, its leaves the leaf ids leaf_first[r].."""
+        run_ranges(_place_range, self.used.shape[0], self.cap_start, self.used, self.row, self.thr_lo, self.thr_hi,
+                   self.left, self.depth, self.gain, self.weight, self.start, self.end, node_first, leaf_first,
+                   root_tree, params, thr_lo, thr_hi, child, depth, gain, weight, leaf_node, leaf_tree, leaf_start,
+                   leaf_end, chunks_per_thread=CHUNKS_PER_THREAD)
+
+
+@njit(cache=True, nogil=True)
+def _place_range(r0, r1, cap_start, used, row, lo, hi, left, depth, gain, weight, start, end, node_first, leaf_first,
+                 root_tree, t_params, t_lo, t_hi, t_child, t_depth, t_gain, t_weight, l_node, l_tree, l_start,
+                 l_end):  # pragma: no cover - numba
+    for r in range(r0, r1):
+        base = cap_start[r]
+        first = node_first[r]
+        leaf = leaf_first[r]
+        for k in range(1, used[r]):
+            src = base + k
+            dst = first + k - 1
+            t_params[dst, 0] = row[src]
+            t_lo[dst] = lo[src]
+            t_hi[dst] = hi[src]
+            t_depth[dst] = depth[src]
+            t_gain[dst] = gain[src]
+            t_weight[dst] = weight[src]
+            if left[src] >= 0:
+                t_child[dst] = first + left[src] - 1
+            else:
+                t_child[dst] = -leaf - 1
+                l_node[leaf] = dst
+                l_tree[leaf] = root_tree[r]
+                l_start[leaf] = start[src]
+                l_end[leaf] = end[src]
+                leaf += 1
 
 
 def grow_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: int, seeds: np.ndarray,
@@ -112,11 +154,8 @@ def grow_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: i
     else:
         run_ranges(_one_target_subtrees, R, *common, pos_targets[:, 0], bool(squared), float(reg),
                    chunks_per_thread=CHUNKS_PER_THREAD)
-    block = np.repeat(np.arange(R, dtype=np.int64), used)
-    local = np.arange(int(used.sum()), dtype=np.int64) - np.repeat(np.cumsum(used) - used, used)
-    keep = cap_start[block] + local
-    return SubtreeNodes(block, local, row[keep], thr_lo[keep], thr_hi[keep], left[keep], depth[keep], gain[keep],
-                        weight[keep], start[keep], end[keep])
+    n_leaves = np.where(used > 1, (used + 1) // 2, 0)  # binary trees: a leaf more than splits; a root alone is none
+    return SubtreeNodes(cap_start, used, n_leaves, row, thr_lo, thr_hi, left, depth, gain, weight, start, end)
 
 
 @njit(cache=True, nogil=True)

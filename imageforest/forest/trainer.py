@@ -524,28 +524,21 @@ def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, fi
     """Write the nodes grown below `roots` (frontier indices) to the tables, taking node ids from `first_id` and
     leaf ids from `first_leaf`; record each root's own test in `level` and its left child's id in `root_child`.
     Returns the nodes and leaves written."""
-    is_root = sub.local == 0
-    split = np.flatnonzero(sub.left[is_root] >= 0)
-    below = ~is_root
-    block = sub.block[below]
-    n_below = np.bincount(block, minlength=roots.size)
-    first = first_id + np.cumsum(n_below) - n_below  # block b's node of local index l > 0 takes id first[b] + l - 1
-    ids = first[block] + sub.local[below] - 1
-    left = sub.left[below]
-    is_leaf = left < 0
-    n_leaves = int(is_leaf.sum())
-    child = (first[block] + left - 1).astype(np.int32)
-    child[is_leaf] = -(first_leaf + np.arange(n_leaves)) - 1
-    node_table.put(first_id, params=family.row_params(sub.row[below]), thr_lo=sub.thr_lo[below],
-                   thr_hi=sub.thr_hi[below], child=child, depth=sub.depth[below], gain=sub.gain[below],
-                   weight=sub.weight[below])
-    leaf_table.put(first_leaf, node=ids[is_leaf], tree=f_tree[roots[block[is_leaf]]], start=sub.start[below][is_leaf],
-                   end=sub.end[below][is_leaf])
-    top = np.flatnonzero(is_root)[split]
+    n_below = sub.used - 1
+    node_first = first_id + np.cumsum(n_below) - n_below
+    leaf_first = first_leaf + np.cumsum(sub.n_leaves) - sub.n_leaves
+    n_nodes, n_leaves = int(n_below.sum()), int(sub.n_leaves.sum())
+    nodes = node_table.reserve(first_id + n_nodes)
+    leaves = leaf_table.reserve(first_leaf + n_leaves)
+    sub.place(node_first, leaf_first, f_tree[roots].astype(np.int32), nodes["params"], nodes["thr_lo"],
+              nodes["thr_hi"], nodes["child"], nodes["depth"], nodes["gain"], nodes["weight"], leaves["node"],
+              leaves["tree"], leaves["start"], leaves["end"])
+    split = np.flatnonzero(sub.used > 1)
+    top = sub.cap_start[split]
     level.record(roots[split], np.ones(split.size, dtype=bool), np.zeros(split.size, dtype=np.int64),
                  family.row_params(sub.row[top]), sub.thr_lo[top], sub.thr_hi[top], sub.gain[top])
-    root_child[roots[split]] = first[split]
-    return int(below.sum()), n_leaves
+    root_child[roots[split]] = node_first[split]
+    return n_nodes, n_leaves
 
 
 def _root_chunks(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -640,6 +633,15 @@ class _Tables:
 
     def head(self, n: int) -> dict[str, np.ndarray]:
         return {name: column[:n] for name, column in self.columns.items()}
+
+    def reserve(self, n: int) -> dict[str, np.ndarray]:
+        """The columns, grown (by doubling) to hold at least n rows, for a kernel to write in place."""
+        for name, column in self.columns.items():
+            if n > column.shape[0]:
+                grown = np.empty((max(2 * column.shape[0], n), *column.shape[1:]), dtype=column.dtype)
+                grown[:column.shape[0]] = column
+                self.columns[name] = grown
+        return self.columns
 
 
 @dataclass
