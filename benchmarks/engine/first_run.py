@@ -2,7 +2,7 @@
 
 Each measurement is a new Python process. "empty cache" points numba's cache at an empty folder (what a new
 installation has); "filled cache" runs the same again with the folder the first run filled. The forests fit a
-1000 x 10 set, and then, with 10 trees, a 20,000 x 60 float32 one: beyond 4 MiB the trainer grows small nodes
+1000 x 10 set, and then, with 10 trees, a 20,000 x 60 float32 one: beyond 512 KiB the trainer grows small nodes
 depth-first, whose kernels a first large fit compiles too. Beside them, the same first fit with scikit-learn's
 ExtraTreesClassifier (no compilation, so its first run is its import and fit) and the localizer's command on the
 synthetic head-and-neck phantom (128 x 128 x 112).
@@ -32,7 +32,7 @@ CASES = {
         "from imageforest import ClassificationForest\nClassificationForest(random_state=0).fit(X, y).predict(X)",
     "RegressionForest().fit(X, y).predict(X)":
         "from imageforest import RegressionForest\nRegressionForest(random_state=0).fit(X, X[:, 0]).predict(X)",
-    # beyond 4 MiB the trainer grows small nodes depth-first: a first large fit also compiles those kernels
+    # beyond 512 KiB the trainer grows small nodes depth-first: a first large fit also compiles those kernels
     "ClassificationForest(10), 20,000 x 60 float32":
         "from imageforest import ClassificationForest\nXb = rng.normal(size=(20000, 60)).astype(np.float32)\n"
         "ClassificationForest(10, random_state=0).fit(Xb, (Xb[:, 0] > 0).astype(int)).predict(Xb)",

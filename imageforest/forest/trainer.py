@@ -49,8 +49,9 @@ RESPONSE_BUDGET = 1 << 24
 # (node, candidate) pairs the fused search takes at once: its tables (uniforms, thresholds, gains, visiting order)
 # then stay a few MB each, small enough to be reused from the heap instead of being fresh pages every level.
 FUSED_PAIRS = 1 << 19
-# Positions grown depth-first per call (`grow_subtrees`): its node tables take about 100 bytes per position.
-SUBTREE_POSITIONS = 1 << 20
+# Positions grown depth-first per call (`grow_subtrees`): its node tables take about 100 bytes per position, and
+# four calls a level cost no measurable time.
+SUBTREE_POSITIONS = 1 << 18
 # Regression targets with at most this many outputs are copied per chunk rather than read indirectly.
 GATHER_MAX_OUTPUTS = 8
 
