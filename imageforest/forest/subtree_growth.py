@@ -373,6 +373,38 @@ def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, conf
 
 
 @njit(cache=True, nogil=True)
+def _start_root(stack, start, end, depth):  # pragma: no cover - numba
+    """A root's stack: its node (local index 0, positions [start, end), depth) alone; returns the top."""
+    stack[0, 0] = 0
+    stack[0, 1] = start
+    stack[0, 2] = end
+    stack[0, 3] = depth
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _chosen(state, out, min_gain):  # pragma: no cover - numba
+    """`_pick_best` of out (rho, B), or -1 when no gain is finite and at least min_gain."""
+    best = _pick_best(state, out)
+    if best < 0 or not out.reshape(-1)[best] >= min_gain:
+        return -1
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _record_split(g, r, lo, hi, node_gain, d, n, first, row, thr_lo, thr_hi, gain, depth, weight,
+                  left):  # pragma: no cover - numba
+    """Node g splits on row r by lo < f <= hi; its children take local indices first, first + 1."""
+    row[g] = r
+    thr_lo[g] = lo
+    thr_hi[g] = hi
+    gain[g] = node_gain
+    depth[g] = d
+    weight[g] = n
+    left[g] = first
+
+
+@njit(cache=True, nogil=True)
 def _push_children(stack, top, first, a, mid, e, d):  # pragma: no cover - numba
     """Push a split node's children (local indices first, first + 1; positions [a, mid) and [mid, e); depth d),
     the left one on top so it is grown first; returns the new top."""
@@ -429,11 +461,7 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
         state[0] = seeds[r]
         base = cap_start[r]
         n_used = 1
-        top = 0
-        stack[0, 0] = 0
-        stack[0, 1] = roots_start[r]
-        stack[0, 2] = roots_end[r]
-        stack[0, 3] = roots_depth
+        top = _start_root(stack, roots_start[r], roots_end[r], roots_depth)
         while top >= 0:
             g = base + stack[top, 0]
             a = stack[top, 1]
@@ -455,20 +483,15 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
                     u[j] = _uniform(state)
                 _class_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], clab, width, configs, gini,
                                  min_leaf, parent, clogc, cum, ccount, lrow, rrow, out[c])
-            best = _pick_best(state, out)
-            if best < 0 or not out[best // n_cfg, best % n_cfg] >= min_gain:
+            best = _chosen(state, out, min_gain)
+            if best < 0:
                 _record_leaf(g, a, e, d, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
             nl = _partition(P, n_rows, rows[c], lo, hi, order, labels, a, e, go, tmp_o, tmp_l)
-            row[g] = rows[c]
-            thr_lo[g] = lo
-            thr_hi[g] = hi
-            gain[g] = out[c, best % n_cfg]
-            depth[g] = d
-            weight[g] = n
-            left[g] = n_used
+            _record_split(g, rows[c], lo, hi, out[c, best % n_cfg], d, n, n_used, row, thr_lo, thr_hi, gain, depth,
+                          weight, left)
             top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
             n_used += 2
         used[r] = n_used
@@ -500,11 +523,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
         state[0] = seeds[r]
         base = cap_start[r]
         n_used = 1
-        top = 0
-        stack[0, 0] = 0
-        stack[0, 1] = roots_start[r]
-        stack[0, 2] = roots_end[r]
-        stack[0, 3] = roots_depth
+        top = _start_root(stack, roots_start[r], roots_end[r], roots_depth)
         while top >= 0:
             g = base + stack[top, 0]
             a = stack[top, 1]
@@ -531,20 +550,15 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                     u[j] = _uniform(state)
                 _one_target_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], column, configs,
                                       squared, reg, min_leaf, cum, ccount, out, c)
-            best = _pick_best(state, out)
-            if best < 0 or not out[best // n_cfg, best % n_cfg] >= min_gain:
+            best = _chosen(state, out, min_gain)
+            if best < 0:
                 _record_leaf(g, a, e, d, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
             nl = _partition(P, n_rows, rows[c], lo, hi, order, targets, a, e, go, tmp_o, tmp_t)
-            row[g] = rows[c]
-            thr_lo[g] = lo
-            thr_hi[g] = hi
-            gain[g] = out[c, best % n_cfg]
-            depth[g] = d
-            weight[g] = n
-            left[g] = n_used
+            _record_split(g, rows[c], lo, hi, out[c, best % n_cfg], d, n, n_used, row, thr_lo, thr_hi, gain, depth,
+                          weight, left)
             top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
             n_used += 2
         used[r] = n_used
