@@ -382,6 +382,13 @@ def _start_root(stack, start, end, depth):  # pragma: no cover - numba
     return 0
 
 
+@njit(cache=True, inline="always")
+def _pop(stack, top, base):  # pragma: no cover - numba
+    """The node on top of the stack: its row in the block (base + local index), first position, end, depth, and
+    the new top."""
+    return base + stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3], top - 1
+
+
 @njit(cache=True, nogil=True)
 def _chosen(state, out, min_gain):  # pragma: no cover - numba
     """`_pick_best` of out (rho, B), or -1 when no gain is finite and at least min_gain."""
@@ -463,11 +470,7 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
         n_used = 1
         top = _start_root(stack, roots_start[r], roots_end[r], roots_depth)
         while top >= 0:
-            g = base + stack[top, 0]
-            a = stack[top, 1]
-            e = stack[top, 2]
-            d = stack[top, 3]
-            top -= 1
+            g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
                 _record_leaf(g, a, e, d, left, depth, weight, start, end)
@@ -525,11 +528,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
         n_used = 1
         top = _start_root(stack, roots_start[r], roots_end[r], roots_depth)
         while top >= 0:
-            g = base + stack[top, 0]
-            a = stack[top, 1]
-            e = stack[top, 2]
-            d = stack[top, 3]
-            top -= 1
+            g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
                 _record_leaf(g, a, e, d, left, depth, weight, start, end)
