@@ -7,10 +7,13 @@ weak-learner parameters and computes responses). Per level it:
 2. draws rho candidate parameter rows per node (`n_candidates`; one shared set per tree for ferns) and K uniform
    numbers per candidate for the thresholds, from one seeded generator in a fixed order;
 3. in memory-bounded chunks of nodes, asks the family for responses, scores splits (binned or exhaustive) and
-   partitions each split node's points in place, left-going points first.
+   partitions each split node's points in place, left-going points first;
+4. for large axis-aligned fits, first hands the nodes of few points to `subtree_growth`, which grows each of them
+   depth-first to its leaves while its rows are in cache; their nodes take the ids after the level's.
 
-All randomness is drawn in Python before the kernels run, and every kernel writes disjoint slots or reduces within
-one (node, candidate) serially, so the model bytes depend on `random_state` only, never on the thread count.
+All randomness is drawn in Python before the kernels run (a subtree's generator is seeded by a draw of the level),
+and every kernel writes disjoint slots or reduces within one (node, candidate) serially, so the model bytes depend
+on `random_state` only, never on the thread count.
 """
 
 from __future__ import annotations
@@ -291,8 +294,9 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         pos_targets = targets[order] if per_position and targets.size else targets[:0]
         src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
 
-    # Small nodes grow depth-first to their leaves (`subtree_growth`): axis-aligned responses (rows of one matrix)
-    # with class or one-target statistics and unit weights (no bagging, sample weights or global loss).
+    # Small nodes grow depth-first to their leaves (`subtree_growth`): axis-aligned responses (rows of one matrix,
+    # drawn as distinct rows, a node's parameter being its row) with class or one-target statistics and unit
+    # weights (no bagging, sample weights or global loss).
     subtree_points = subtree_growth.SUBTREE_POINTS
     subtrees = (rows_matrix is not None and per_position and unit_weights and subtree_points > 0
                 and points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
@@ -625,11 +629,7 @@ class _Tables:
     def put(self, offset: int, **values: Any) -> None:
         """Write each column's rows offset.. from `values` (arrays, or a scalar for the whole slice)."""
         n = max(np.shape(v)[0] for v in values.values() if np.ndim(v))
-        for name, column in self.columns.items():
-            if offset + n > column.shape[0]:
-                grown = np.empty((max(2 * column.shape[0], offset + n), *column.shape[1:]), dtype=column.dtype)
-                grown[:offset] = column[:offset]
-                self.columns[name] = column = grown
+        for name, column in self.reserve(offset + n).items():
             column[offset:offset + n] = values[name]
 
     def head(self, n: int) -> dict[str, np.ndarray]:
