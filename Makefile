@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	sh plugins/napari-imageforest/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
-	# numba's cache, filled on both cores: the body-parts kernels beside the localizer's and the detector's
+	# numba's cache, filled on both cores: the engine's and the body-parts kernels beside the localizer's and the
+	# detector's
+	$(BIN)/python -m imageforest.warmup & engine=$$!; \
 	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup & parts=$$!; \
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup; \
-	status=$$?; wait $$parts && test $$status -eq 0
+	status=$$?; wait $$parts && wait $$engine && test $$status -eq 0
 	touch $(STAMP)
 
 # Both cores, each test module on one worker so that its module fixtures (trained models) are built once.
