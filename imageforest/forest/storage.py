@@ -27,7 +27,7 @@ COMPILED_WALK_MIN = 1_000_000
 
 
 def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth-first (preorder) position of every node, trees one after another, (n_nodes,) int64, and the leaves'
+    """Depth-first (preorder) position of every node, trees one after another, (n_nodes,) int32, and the leaves'
     node indices in that order, (n_leaves,) int32.
 
     Nodes shared between parents, stored before their parent, or unreachable from the roots raise
@@ -71,7 +71,7 @@ def _preorder(child: np.ndarray, tree_root: np.ndarray) -> tuple[np.ndarray, np.
     # pos is a permutation of 0..n-1: invert it (a scatter) rather than sort the leaves by it
     in_preorder = np.empty(n, dtype=np.int64)
     in_preorder[pos] = np.arange(n)
-    return pos, in_preorder[child[in_preorder] < 0].astype(np.int32)
+    return pos.astype(np.int32), in_preorder[child[in_preorder] < 0].astype(np.int32)
 
 
 def _raise_structure_error(code: int) -> None:
@@ -118,7 +118,7 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
         c = child[j]
         if c >= 0:
             size[j] = 1 + size[c] + size[c + 1]
-    pos = np.empty(n, dtype=np.int64)
+    pos = np.empty(n, dtype=np.int32)
     acc = 0
     for t in range(tree_root.shape[0]):
         pos[tree_root[t]] = acc
@@ -131,7 +131,7 @@ def _preorder_kernel(child, tree_root):  # pragma: no cover - numba
             pos[c + 1] = pos[j] + 1 + size[c]
         else:
             n_leaves += 1
-    in_preorder = np.empty(n, dtype=np.int32)
+    in_preorder = size  # the sizes are no longer needed: their table takes the inverse permutation
     for j in range(n):
         in_preorder[pos[j]] = j
     leaves = np.empty(n_leaves, dtype=np.int32)
@@ -259,7 +259,7 @@ class ForestArrays:
         return cached
 
     def _preorder_positions(self) -> np.ndarray:
-        """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int64."""
+        """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int32."""
         return self._preorder_walk()[0]
 
     def leaves_depth_first(self) -> np.ndarray:
