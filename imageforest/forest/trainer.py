@@ -208,20 +208,23 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
     return order[:bounds[-1]], wts[:bounds[-1]], bounds
 
 
-def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: int = 0) -> list[tuple[int, int]]:
+def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: int = 0,
+            budget: int | None = None) -> list[tuple[int, int]]:
     """Split the frontier into consecutive node ranges whose responses fit the budget (one node at least).
 
     `breaks` (bool per node) marks nodes a chunk may start at (ferns: first node of a tree). `per_node`: float32
     values each (node, candidate) pair holds besides its responses (thresholds, uniforms, gains), which outweigh the
-    responses on deep levels' few-point nodes.
+    responses on deep levels' few-point nodes. `budget`: RESPONSE_BUDGET unless given (with rho = 1 and a budget of
+    positions, the same cut serves subtree roots).
     """
+    budget = RESPONSE_BUDGET if budget is None else budget
     ends = np.cumsum((counts + per_node) * rho)
     starts_ok = np.flatnonzero(breaks) if breaks is not None else None
     out = []
     a, n = 0, counts.size
     while a < n:
         base = ends[a - 1] if a else 0
-        b = max(int(np.searchsorted(ends, base + RESPONSE_BUDGET, side="right")), a + 1)
+        b = max(int(np.searchsorted(ends, base + budget, side="right")), a + 1)
         if starts_ok is not None and b < n and not breaks[b]:
             nxt = np.searchsorted(starts_ok, b)
             b = int(starts_ok[nxt]) if nxt < starts_ok.size else n
@@ -355,7 +358,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
             if roots.size:
                 can_split[roots] = False
                 seeds = rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
-                for a, b in _root_chunks(counts[roots], SUBTREE_POSITIONS):
+                for a, b in _chunks(counts[roots], 1, None, budget=SUBTREE_POSITIONS):
                     chunk = roots[a:b]
                     sub = grow_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order,
                                         pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
@@ -544,19 +547,6 @@ def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, fi
                  family.row_params(sub.row[top]), sub.thr_lo[top], sub.thr_hi[top], sub.gain[top])
     root_child[roots[split]] = node_first[split]
     return n_nodes, n_leaves
-
-
-def _root_chunks(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of subtree roots holding about `budget` positions each (one root at least): a chunk's
-    node tables take (2 x positions) rows."""
-    ends = np.cumsum(sizes)
-    out, a = [], 0
-    while a < sizes.size:
-        base = ends[a - 1] if a else 0
-        b = max(int(np.searchsorted(ends, base + budget, side="right")), a + 1)
-        out.append((a, b))
-        a = b
-    return out
 
 
 class LevelRows:
