@@ -12,7 +12,9 @@ depend on the seed only, never on the thread count. Only axis-aligned responses 
 or one-target regression statistics and unit weights take this path.
 
 Per-node helpers are ordinary compiled calls (each compiles once); the per-candidate scans are inlined, which costs
-a first large fit about 4 s of compilation and saves 10-35% of the subtrees' time.
+a first large fit about 4 s of compilation and saves 10-35% of the subtrees' time. The two kernels repeat their
+split step (test, partition, record, push) rather than call one helper with it: that call, with its two dozen array
+arguments, made the 10-class subtrees 8% slower.
 """
 
 from __future__ import annotations
