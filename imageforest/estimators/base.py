@@ -184,8 +184,8 @@ class BaseForest:
         settings.max_samples = self._max_samples(n_points)
         rng = np.random.default_rng(self.random_state)
         with numba_threads(self.n_jobs):
+            # `apply`'s traversal table is built on the first apply, once the fit's working tables are freed
             grown = grow_forest(family, data, n_points, objective, sample_weight, settings, rng)
-            family.prepare_apply(grown.forest)
         self.family_ = family
         self.forest_ = grown.forest
         self.n_features_in_ = family.n_features
@@ -434,5 +434,5 @@ class UnsupervisedForestBase(BaseForest):
         from imageforest.forest.leaf_models import gaussian_leaves
 
         with numba_threads(self.n_jobs):
-            return gaussian_leaves(grown.order, grown.wts, X64, grown.leaf_start, grown.leaf_end,
+            return gaussian_leaves(grown.order, grown.position_weights, X64, grown.leaf_start, grown.leaf_end,
                                    np.full(X64.shape[1], objective.reg[0]))

@@ -200,8 +200,8 @@ class ClassificationForest(BaseForest):
 
     def _fit_leaves(self, grown, objective: Objective) -> None:
         with numba_threads(self.n_jobs):
-            self.leaf_posterior_ = class_histograms(grown.order, grown.wts, objective.labels, grown.leaf_start,
-                                                    grown.leaf_end, objective.n_classes)
+            self.leaf_posterior_ = class_histograms(grown.order, grown.position_weights, objective.labels,
+                                                    grown.leaf_start, grown.leaf_end, objective.n_classes)
 
     def _class_weights(self, classes: np.ndarray, encoded: np.ndarray, sw: np.ndarray) -> np.ndarray:
         cw = self.class_weight

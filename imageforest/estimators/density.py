@@ -128,8 +128,11 @@ class DensityForest(UnsupervisedForestBase):
         grown = self._grow(X, objective, sw)
         mean, cov = self._input_gaussians(grown, X64, objective)
         f = self.forest_
-        csum = np.concatenate([[0.0], np.cumsum(grown.wts)])
-        leaf_w = csum[grown.leaf_end] - csum[grown.leaf_start]
+        if grown.position_weights is None:
+            leaf_w = (grown.leaf_end - grown.leaf_start).astype(np.float64)
+        else:
+            csum = np.concatenate([[0.0], np.cumsum(grown.position_weights)])
+            leaf_w = csum[grown.leaf_end] - csum[grown.leaf_start]
         tree_w = np.bincount(f.leaf_tree, weights=leaf_w, minlength=f.n_trees)
         self.leaf_mean_ = mean
         self.leaf_cov_ = cov

@@ -200,7 +200,6 @@ class RegressionForest(BaseForest):
         with numba_threads(self.n_jobs):
             grown = grow_consistent(family.training_data(X), Y, sample_weight, settings,
                                     np.random.default_rng(self.random_state))
-            family.prepare_apply(grown.forest)
         self.family_ = family
         self.forest_ = grown.forest
         self.n_features_in_ = X.shape[1]
@@ -216,8 +215,8 @@ class RegressionForest(BaseForest):
                     grown.order, grown.wts, X, Y, grown.leaf_start, grown.leaf_end, LINEAR_RIDGE)
                 self.leaf_noise_ = shrunk_noise(ssr, dof, X.shape[1] + 2.0, floor)
             else:
-                self.leaf_mean_, self.leaf_cov_ = gaussian_leaves(grown.order, grown.wts, Y, grown.leaf_start,
-                                                                  grown.leaf_end, floor)
+                self.leaf_mean_, self.leaf_cov_ = gaussian_leaves(grown.order, grown.position_weights, Y,
+                                                                  grown.leaf_start, grown.leaf_end, floor)
         self.n_outputs_ = Y.shape[1]
         self._y_1d = y_1d
 

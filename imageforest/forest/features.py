@@ -94,7 +94,8 @@ class FeatureFamily(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no response matrix")
 
     def prepare_apply(self, forest: ForestArrays) -> None:
-        """Build (and cache on `forest`) the traversal table `apply` reads; called once after fit and load."""
+        """Build (and cache on `forest`) the traversal table `apply` reads; called after load. A fitted forest
+        builds it on its first apply: not during the fit, whose working tables would still hold memory."""
         forest.packed()
 
     def leaf_average(self, data: Any, forest: ForestArrays, leaf_table: np.ndarray) -> np.ndarray:

@@ -16,21 +16,31 @@ from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 
+def _weights_arg(wts: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """A kernel's weight arguments: the per-position table and False, or an empty table and True (all ones)."""
+    return (np.ones(0), True) if wts is None else (wts, False)
+
+
 def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):
-    """Normalised weighted class histogram of every leaf, (n_leaves, n_classes) float32."""
+    """Normalised weighted class histogram of every leaf, (n_leaves, n_classes) float32.
+
+    wts : (n_positions,) float64 weight of each position of `order`, or None when every one is 1.
+    """
     out = np.zeros((leaf_start.shape[0], n_classes), dtype=np.float32)
-    run_ranges(_class_histograms_range, leaf_start.shape[0], order, wts, labels, leaf_start, leaf_end, out)
+    run_ranges(_class_histograms_range, leaf_start.shape[0], order, *_weights_arg(wts), labels, leaf_start,
+               leaf_end, out)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _class_histograms_range(l0, l1, order, wts, labels, leaf_start, leaf_end, out):  # pragma: no cover - numba
+def _class_histograms_range(l0, l1, order, wts, unit, labels, leaf_start, leaf_end,
+                            out):  # pragma: no cover - numba
     n_classes = out.shape[1]
     acc = np.zeros(n_classes)
     for leaf in range(l0, l1):
         acc[:] = 0.0
         for m in range(leaf_start[leaf], leaf_end[leaf]):
-            acc[labels[order[m]]] += wts[m]
+            acc[labels[order[m]]] += 1.0 if unit else wts[m]
         total = acc.sum()
         if total > 0:
             for c in range(n_classes):
@@ -83,31 +93,32 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):
     """Weighted mean (n_leaves, d) and covariance (n_leaves, d, d) of the targets in each leaf.
 
     `var_floor` (d,) is added to the covariance diagonal: a leaf of identical targets still predicts a proper
-    (narrow) Gaussian.
+    (narrow) Gaussian. `wts`: (n_positions,) float64 weight of each position of `order`, or None when every one is 1.
     """
     n_leaves = leaf_start.shape[0]
     d = targets.shape[1]
     mean = np.zeros((n_leaves, d))
     cov = np.zeros((n_leaves, d, d))
-    run_ranges(_gaussian_leaves_range, n_leaves, order, wts, targets, leaf_start, leaf_end, var_floor, mean, cov)
+    run_ranges(_gaussian_leaves_range, n_leaves, order, *_weights_arg(wts), targets, leaf_start, leaf_end, var_floor,
+               mean, cov)
     return mean, cov
 
 
 @njit(cache=True, nogil=True)
-def _gaussian_leaves_range(l0, l1, order, wts, targets, leaf_start, leaf_end, var_floor, mean,
+def _gaussian_leaves_range(l0, l1, order, wts, unit, targets, leaf_start, leaf_end, var_floor, mean,
                            cov):  # pragma: no cover - numba
     d = targets.shape[1]
     for leaf in range(l0, l1):
         w_sum = 0.0
         for m in range(leaf_start[leaf], leaf_end[leaf]):
-            w = wts[m]
+            w = 1.0 if unit else wts[m]
             w_sum += w
             for a in range(d):
                 mean[leaf, a] += w * targets[order[m], a]
         for a in range(d):
             mean[leaf, a] /= w_sum
         for m in range(leaf_start[leaf], leaf_end[leaf]):
-            w = wts[m]
+            w = 1.0 if unit else wts[m]
             for a in range(d):
                 ea = targets[order[m], a] - mean[leaf, a]
                 for b in range(d):

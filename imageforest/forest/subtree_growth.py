@@ -52,9 +52,9 @@ class SubtreeNodes:
     ----------
     cap_start : (R + 1,) int64; used : (R,) int64; n_leaves : (R,) int64, leaves below each root (the root itself
         not counted)
-    row : (C,) int64, the matrix row a split node's test reads
+    row : (C,) int32, the matrix row a split node's test reads
     thr_lo, thr_hi : (C,) float32, the test lo < f <= hi (-inf / inf at leaves)
-    left : (C,) int64, local index of the left child (the right one follows it), -1 at leaves
+    left : (C,) int32, local index of the left child (the right one follows it), -1 at leaves
     depth : (C,) int32; gain : (C,) float32; weight : (C,) float64
     start, end : (C,) int64, a leaf's positions in the order
     """
@@ -136,15 +136,17 @@ def grow_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: i
     cap_start = np.zeros(R + 1, dtype=np.int64)
     np.cumsum(2 * sizes - 1, out=cap_start[1:])
     n_cap = int(cap_start[-1])
-    row = np.zeros(n_cap, dtype=np.int64)
-    thr_lo = np.full(n_cap, -np.inf, dtype=np.float32)
-    thr_hi = np.full(n_cap, np.inf, dtype=np.float32)
-    left = np.full(n_cap, -1, dtype=np.int64)
-    depth = np.zeros(n_cap, dtype=np.int32)
-    gain = np.zeros(n_cap, dtype=np.float32)
-    weight = np.zeros(n_cap)
-    start = np.zeros(n_cap, dtype=np.int64)
-    end = np.zeros(n_cap, dtype=np.int64)
+    # Every node a kernel makes is written whole (`_record_split`, `_record_leaf`): the capacity a root does not use
+    # (about half of it) is never touched, and costs no memory.
+    row = np.empty(n_cap, dtype=np.int32)
+    thr_lo = np.empty(n_cap, dtype=np.float32)
+    thr_hi = np.empty(n_cap, dtype=np.float32)
+    left = np.empty(n_cap, dtype=np.int32)
+    depth = np.empty(n_cap, dtype=np.int32)
+    gain = np.empty(n_cap, dtype=np.float32)
+    weight = np.empty(n_cap)
+    start = np.empty(n_cap, dtype=np.int64)
+    end = np.empty(n_cap, dtype=np.int64)
     used = np.zeros(R, dtype=np.int64)
     max_points = int(sizes.max()) if R else 1
     common = (roots_start, roots_end, roots_depth, seeds, cap_start, P.reshape(-1), P.shape[1], order, max_points,
@@ -429,7 +431,13 @@ def _push_children(stack, top, first, a, mid, e, d):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _record_leaf(g, a, e, d, left, depth, weight, start, end):  # pragma: no cover - numba
+def _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start,
+                 end):  # pragma: no cover - numba
+    """Node g is a leaf holding positions [a, e) at depth d (no test: row 0, thresholds -inf / inf, gain 0)."""
+    row[g] = 0
+    thr_lo[g] = -np.inf
+    thr_hi[g] = np.inf
+    gain[g] = 0.0
     left[g] = -1
     depth[g] = d
     weight[g] = e - a
@@ -475,11 +483,11 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
             g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             width, biggest = _class_node(labels, a, e, n_classes, counts, index, node_row, clab)
             if biggest == n:  # pure
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             parent = _count_impurity(node_row, width, np.float64(n), gini, clogc)
             _draw_rows(state, n_rows, rho, perm, swaps, rows)
@@ -490,7 +498,7 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
                                  min_leaf, parent, clogc, cum, ccount, lrow, rrow, out[c])
             best = _chosen(state, out, min_gain)
             if best < 0:
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
@@ -533,7 +541,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
             g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             s1 = 0.0
             s2 = 0.0
@@ -543,7 +551,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                 s2 += y * y
             mean = s1 / n
             if s2 / n - mean * mean <= 1e-12 * max(s2 / n, 1e-300):  # zero variance, as `_node_purity` judges it
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             _draw_rows(state, n_rows, rho, perm, swaps, rows)
             for c in range(rho):
@@ -553,7 +561,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                                       squared, reg, min_leaf, cum, ccount, out, c)
             best = _chosen(state, out, min_gain)
             if best < 0:
-                _record_leaf(g, a, e, d, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)

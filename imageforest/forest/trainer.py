@@ -49,12 +49,16 @@ from imageforest.kernels import njit
 
 # Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
 RESPONSE_BUDGET = 1 << 24
+# Positions per chunk of responses: each also takes ~40 bytes of index, weight and label copies, which outweigh its
+# responses when candidates are few (a random forest's sqrt(50) = 7: 150 MB per chunk with RESPONSE_BUDGET alone).
+CHUNK_POSITIONS = 1 << 19
 # (node, candidate) pairs the fused search takes at once: its tables (uniforms, thresholds, gains, visiting order)
 # then stay a few MB each, small enough to be reused from the heap instead of being fresh pages every level.
 FUSED_PAIRS = 1 << 19
-# Positions grown depth-first per call (`grow_subtrees`): its node tables take about 100 bytes per position, and
-# four calls a level cost no measurable time.
-SUBTREE_POSITIONS = 1 << 18
+# Positions grown depth-first per call (`grow_subtrees`): its node tables take about 100 bytes per position and are
+# freed after the call. Small calls keep a fit's peak memory down (2 classes, 100k x 50, T = 50: 200 MB with 2^18
+# positions, 180 with 2^16; freed pages are not all handed back), and the extra calls cost no measurable time.
+SUBTREE_POSITIONS = 1 << 16
 # Regression targets with at most this many outputs are copied per chunk rather than read indirectly.
 GATHER_MAX_OUTPUTS = 8
 
@@ -86,15 +90,23 @@ class GrownForest:
     ----------
     forest : ForestArrays
     order : (n_positions,) int32, point index at each position (all trees' samples, concatenated)
-    wts : (n_positions,) float64, weight at each position (bootstrap count x sample weight)
+    position_weights : (n_positions,) float64, weight at each position (bootstrap count x sample weight), or None
+        when every position weighs 1 (no bagging, unit sample weights): a large fit then holds no such table
     leaf_start, leaf_end : (n_leaves,) int64, leaf l's points are order[leaf_start[l]:leaf_end[l]]
     """
 
     forest: ForestArrays
     order: np.ndarray
-    wts: np.ndarray
+    position_weights: np.ndarray | None
     leaf_start: np.ndarray
     leaf_end: np.ndarray
+
+    @property
+    def wts(self) -> np.ndarray:
+        """(n_positions,) float64 weight of every position (ones made here when `position_weights` is None)."""
+        if self.position_weights is None:
+            return np.ones(self.order.size)
+        return self.position_weights
 
     def leaf_members(self) -> tuple[np.ndarray, np.ndarray]:
         """Every leaf's training points, leaf after leaf: (leaf index, position in `order` / `wts`) per member,
@@ -176,8 +188,8 @@ def _node_purity_range(s0, s1, stats, criterion, n_blocks, q, pure):  # pragma: 
 
 
 def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthSettings,
-                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each tree's points (bagging or not): order, weights and per-tree segment bounds.
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Each tree's points (bagging or not): order, weights (None when every one is 1) and per-tree segment bounds.
 
     Points with zero weight are dropped. The arrays are filled in place, tree after tree, so the largest buffers
     of a fit exist once (building per-tree pieces and concatenating would hold them twice).
@@ -185,8 +197,9 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
     n_draw = n_points if settings.max_samples is None else int(settings.max_samples)
     T = settings.n_trees
     cap = T * min(n_draw, n_points)
+    unit = not settings.bootstrap and bool(np.all(sample_weight == 1.0))
     order = np.empty(cap, dtype=np.int32)
-    wts = np.empty(cap, dtype=np.float64)
+    wts = None if unit else np.empty(cap, dtype=np.float64)
     bounds = np.zeros(T + 1, dtype=np.int64)
     every = np.flatnonzero(sample_weight > 0).astype(np.int32)
     for t in range(T):  # once per tree at start-up, not on a hot path
@@ -204,8 +217,9 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
         a = bounds[t]
         bounds[t + 1] = a + idx.size
         order[a:bounds[t + 1]] = idx
-        wts[a:bounds[t + 1]] = w
-    return order[:bounds[-1]], wts[:bounds[-1]], bounds
+        if wts is not None:
+            wts[a:bounds[t + 1]] = w
+    return order[:bounds[-1]], None if wts is None else wts[:bounds[-1]], bounds
 
 
 def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: int = 0,
@@ -292,10 +306,18 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         # levels of the 200k x 50 benchmark).
         small = labels.size and labels.min() >= np.iinfo(np.int8).min and labels.max() <= np.iinfo(np.int8).max
         pos_labels = labels.astype(np.int8 if small else labels.dtype)[order] if labels.size else labels[:0]
-        unit_weights = bool(np.all(wts == 1.0)) and loss_labels is None  # a global loss changes them per level
+        unit_weights = wts is None and loss_labels is None  # a global loss changes them per level
         per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
         pos_targets = targets[order] if per_position and targets.size else targets[:0]
         src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
+
+    # Unit weights are read by no kernel of the class and one-target paths (statistics, search, partition): there
+    # a fit holds no table of ones (8 bytes per point and tree); other paths get one.
+    weights_read = not (unit_weights and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED
+                                                           and n_stats == 3)))
+    weight_table = wts is not None or weights_read
+    if wts is None:
+        wts = np.ones(order.size if weights_read else 0)
 
     # Small nodes grow depth-first to their leaves (`subtree_growth`): axis-aligned responses (rows of one matrix,
     # drawn as distinct rows, a node's parameter being its row) with class or one-target statistics and unit
@@ -427,7 +449,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                     labels, targets, reg, lifted = obj.labels, obj.targets, obj.reg, obj.lifted
                     # per pair: K float64 uniforms, K float32 thresholds, B ~ K float64 gains, a float32 range
                     per_pair = 5 * K + 2 if K is not None else 4
-                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None, per_pair):
+                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None, per_pair,
+                                        min(RESPONSE_BUDGET, CHUNK_POSITIONS * rho)):
                         sel = group[a:b]
                         nodes = sp[sel]
                         idx = np.arange(b - a)
@@ -516,6 +539,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         next_id += 2 * split_idx.size
         depth += 1
 
+    # The training matrix and the per-position copies are done with: free them before the leaves are renumbered.
+    data = rows_matrix = points_matrix = pos_labels = pos_targets = src_labels = src_targets = None
     n_nodes = level_first_id  # the last level split nothing: every id below this is a node
     node_arrays = node_table.head(n_nodes)
     leaf_arrays = leaf_table.head(leaf_count)
@@ -523,7 +548,8 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
                           leaf_tree=leaf_arrays["tree"])
     if loss_labels is not None:
         wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
-    return _leaves_in_tree_order(GrownForest(forest, order, wts, leaf_arrays["start"], leaf_arrays["end"]))
+    return _leaves_in_tree_order(GrownForest(forest, order, wts if weight_table else None, leaf_arrays["start"],
+                                             leaf_arrays["end"]))
 
 
 def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, first_id: int, first_leaf: int,
@@ -673,7 +699,33 @@ def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
     after renumbering: the tree shapes do not change).
     """
     perm = renumber_leaves_depth_first(grown.forest)
-    return GrownForest(grown.forest, grown.order, grown.wts, grown.leaf_start[perm], grown.leaf_end[perm])
+    # in place: on the 10 M leaves of a large regression fit, gathered copies were 160 MB at the fit's peak
+    _gather_pair_in_place(perm, grown.leaf_start, grown.leaf_end)
+    return grown
+
+
+@njit(cache=True)
+def _gather_pair_in_place(perm, a, b):  # pragma: no cover - numba
+    """a[:] = a[perm] and b[:] = b[perm] without copies: each cycle of the permutation perm (n,) is followed once,
+    marked in an n-byte table."""
+    n = perm.shape[0]
+    done = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        if done[i]:
+            continue
+        first_a = a[i]
+        first_b = b[i]
+        j = i
+        while True:
+            done[j] = True
+            k = perm[j]
+            if k == i:
+                a[j] = first_a
+                b[j] = first_b
+                break
+            a[j] = a[k]
+            b[j] = b[k]
+            j = k
 
 
 def renumber_leaves_depth_first(forest: ForestArrays) -> np.ndarray:
@@ -683,7 +735,7 @@ def renumber_leaves_depth_first(forest: ForestArrays) -> np.ndarray:
     ``table[perm]``.
     """
     nodes = forest.leaves_depth_first()
-    perm = -forest.child[nodes].astype(np.int64) - 1  # their ids before
+    perm = -forest.child[nodes] - 1  # their ids before, int32 as leaf ids are
     forest.child[nodes] = -np.arange(nodes.size, dtype=np.int32) - 1
     forest.leaf_node = nodes
     forest.leaf_tree = forest.leaf_tree[perm]

@@ -1,0 +1,99 @@
+"""The fit's working tables: no table of unit weights where no kernel reads one, leaves renumbered in place, the
+apply table built on first use. Each must leave the forest and its leaf models exactly as a full table would."""
+
+import numpy as np
+import pytest
+
+import imageforest.estimators.base as base
+from imageforest import ClassificationForest, DensityForest, RegressionForest
+from imageforest.forest import trainer
+from imageforest.forest.leaf_models import class_histograms, gaussian_leaves
+
+RNG = np.random.default_rng(11)
+X = RNG.standard_normal((1500, 6)).astype(np.float32)
+Y = (X[:, 0] + 0.3 * RNG.standard_normal(1500) > 0).astype(int) + (X[:, 1] > 0.7)
+Y_REG = np.sin(X[:, 0]) + X[:, 1] * X[:, 2]
+
+
+def _grown(monkeypatch, est, X, y, sample_weight=None):
+    """The GrownForest behind est.fit(X, y) (the estimator is fitted as usual)."""
+    seen = []
+
+    def keep(*args, grow=trainer.grow_forest, **kwargs):
+        seen.append(grow(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(base, "grow_forest", keep)
+    est.fit(X, y, sample_weight=sample_weight)
+    return seen[0]
+
+
+@pytest.mark.parametrize("make, y", [
+    (lambda: ClassificationForest(n_trees=4, n_thresholds=1, random_state=0), Y),
+    (lambda: ClassificationForest(n_trees=4, n_thresholds=5, criterion="gini", random_state=0), Y),
+    (lambda: RegressionForest(n_trees=4, n_thresholds=1, criterion="squared_error", random_state=0), Y_REG),
+    (lambda: RegressionForest(n_trees=4, n_thresholds=3, random_state=0), Y_REG),
+])
+def test_unit_weights_hold_no_table_and_read_as_ones(make, y, monkeypatch):
+    grown = _grown(monkeypatch, make(), X, y)
+    assert grown.position_weights is None
+    assert grown.wts.shape == grown.order.shape and np.all(grown.wts == 1.0)
+
+
+@pytest.mark.parametrize("kwargs, weights", [
+    (dict(bootstrap=True), None),
+    (dict(), np.arange(1500) % 3 + 1.0),
+    (dict(growth="alternating", loss="tangent", max_depth=5), None),
+])
+def test_bagging_sample_weights_and_global_losses_keep_their_weights(kwargs, weights, monkeypatch):
+    grown = _grown(monkeypatch, ClassificationForest(n_trees=3, random_state=0, **kwargs), X, Y, weights)
+    assert grown.position_weights is not None and grown.position_weights.shape == grown.order.shape
+
+
+def test_forests_without_a_weight_table_equal_forests_with_unit_sample_weights():
+    """All-one sample weights given as weights (a table) and as nothing (no table) grow the same bytes."""
+    for make, y in ((lambda: ClassificationForest(n_trees=4, n_thresholds=1, random_state=2), Y),
+                    (lambda: RegressionForest(n_trees=4, criterion="squared_error", random_state=2), Y_REG)):
+        a, b = make().fit(X, y), make().fit(X, y, sample_weight=np.ones(X.shape[0]))
+        for name in ("child", "thr_hi", "params", "weight"):
+            np.testing.assert_array_equal(getattr(a.forest_, name), getattr(b.forest_, name))
+        table = "leaf_posterior_" if hasattr(a, "leaf_posterior_") else "leaf_mean_"
+        np.testing.assert_array_equal(getattr(a, table), getattr(b, table))
+
+
+def test_leaf_models_read_no_table_as_unit_weights():
+    order = RNG.permutation(200).astype(np.int32)
+    start = np.array([0, 30, 31, 120], dtype=np.int64)
+    end = np.array([30, 31, 120, 200], dtype=np.int64)
+    labels = RNG.integers(0, 3, 200)
+    np.testing.assert_array_equal(class_histograms(order, None, labels, start, end, 3),
+                                  class_histograms(order, np.ones(200), labels, start, end, 3))
+    targets = RNG.standard_normal((200, 2))
+    for got, want in zip(gaussian_leaves(order, None, targets, start, end, np.full(2, 1e-3)),
+                         gaussian_leaves(order, np.ones(200), targets, start, end, np.full(2, 1e-3)), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_density_forest_shares_follow_leaf_sizes_without_a_table():
+    d = DensityForest(n_trees=3, max_depth=4, random_state=0).fit(X[:, :2])
+    weighted = DensityForest(n_trees=3, max_depth=4, random_state=0).fit(X[:, :2], sample_weight=np.ones(1500))
+    np.testing.assert_allclose(d.leaf_share_, weighted.leaf_share_)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_in_place_gather_equals_a_gather(n):
+    perm = RNG.permutation(n).astype(np.int32)
+    a, b = RNG.integers(0, 10**9, n), RNG.integers(0, 10**9, n)
+    want_a, want_b = a[perm], b[perm]
+    trainer._gather_pair_in_place(perm, a, b)
+    np.testing.assert_array_equal(a, want_a)
+    np.testing.assert_array_equal(b, want_b)
+
+
+def test_apply_table_is_built_on_first_apply_and_kept():
+    f = ClassificationForest(n_trees=3, random_state=0).fit(X, Y)
+    assert "_packed_axis" not in f.forest_.__dict__
+    first = f.apply(X[:50])
+    table = f.forest_.__dict__["_packed_axis"]
+    np.testing.assert_array_equal(f.apply(X[:50]), first)
+    assert f.forest_.__dict__["_packed_axis"] is table
