@@ -549,7 +549,7 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     if loss_labels is not None:
         wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
     return _leaves_in_tree_order(GrownForest(forest, order, wts if weight_table else None, leaf_arrays["start"],
-                                             leaf_arrays["end"]))
+                                             leaf_arrays["end"]), tiled=True)
 
 
 def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, first_id: int, first_leaf: int,
@@ -690,42 +690,30 @@ class _LevelSplits:
         self.gain[nodes] = np.where(ok, gain, 0.0)
 
 
-def _leaves_in_tree_order(grown: GrownForest) -> GrownForest:
+def _leaves_in_tree_order(grown: GrownForest, tiled: bool = False) -> GrownForest:
     """Renumber leaves depth-first within each tree, trees one after another.
 
     Growth numbers leaves level by level across all trees, which scatters one tree's rows through every leaf-model
     table; in tree order, reading a tree's leaf models after `apply` stays within one region of memory. The order
     comes from the forest's preorder walk, which `apply`'s traversal table needs anyway (cached, and still valid
     after renumbering: the tree shapes do not change).
+
+    `tiled`: the leaves' position ranges tile the order, tree after tree, a left child's before the right one's (as
+    the trainer's in-place partitions leave them). Depth-first, each leaf then ends where the next one starts, and
+    the renumbering needs no copies: on the 10 M leaves of a large regression fit, gathered copies were 160 MB at
+    the fit's peak.
     """
     perm = renumber_leaves_depth_first(grown.forest)
-    # in place: on the 10 M leaves of a large regression fit, gathered copies were 160 MB at the fit's peak
-    _gather_pair_in_place(perm, grown.leaf_start, grown.leaf_end)
+    if not tiled:
+        return GrownForest(grown.forest, grown.order, grown.position_weights, grown.leaf_start[perm],
+                           grown.leaf_end[perm])
+    start, end = grown.leaf_start, grown.leaf_end
+    np.take(start, perm, out=end)  # the new starts, in the old ends' storage
+    start[:] = end
+    end[:-1] = start[1:]
+    if end.size:
+        end[-1] = grown.order.size
     return grown
-
-
-@njit(cache=True)
-def _gather_pair_in_place(perm, a, b):  # pragma: no cover - numba
-    """a[:] = a[perm] and b[:] = b[perm] without copies: each cycle of the permutation perm (n,) is followed once,
-    marked in an n-byte table."""
-    n = perm.shape[0]
-    done = np.zeros(n, dtype=np.bool_)
-    for i in range(n):
-        if done[i]:
-            continue
-        first_a = a[i]
-        first_b = b[i]
-        j = i
-        while True:
-            done[j] = True
-            k = perm[j]
-            if k == i:
-                a[j] = first_a
-                b[j] = first_b
-                break
-            a[j] = a[k]
-            b[j] = b[k]
-            j = k
 
 
 def renumber_leaves_depth_first(forest: ForestArrays) -> np.ndarray:

@@ -1,12 +1,14 @@
 """The fit's working tables: no table of unit weights where no kernel reads one, leaves renumbered in place, the
 apply table built on first use. Each must leave the forest and its leaf models exactly as a full table would."""
 
+import copy
+
 import numpy as np
 import pytest
 
 import imageforest.estimators.base as base
 from imageforest import ClassificationForest, DensityForest, RegressionForest
-from imageforest.forest import trainer
+from imageforest.forest import subtree_growth, trainer
 from imageforest.forest.leaf_models import class_histograms, gaussian_leaves
 
 RNG = np.random.default_rng(11)
@@ -80,14 +82,30 @@ def test_density_forest_shares_follow_leaf_sizes_without_a_table():
     np.testing.assert_allclose(d.leaf_share_, weighted.leaf_share_)
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
-def test_in_place_gather_equals_a_gather(n):
-    perm = RNG.permutation(n).astype(np.int32)
-    a, b = RNG.integers(0, 10**9, n), RNG.integers(0, 10**9, n)
-    want_a, want_b = a[perm], b[perm]
-    trainer._gather_pair_in_place(perm, a, b)
-    np.testing.assert_array_equal(a, want_a)
-    np.testing.assert_array_equal(b, want_b)
+@pytest.mark.parametrize("make, y", [
+    (lambda: ClassificationForest(n_trees=4, n_thresholds=1, random_state=0), Y),  # with subtrees
+    (lambda: ClassificationForest(n_trees=4, n_thresholds=None, bootstrap=True, random_state=0), Y),
+    (lambda: ClassificationForest(n_trees=4, structure="fern", max_depth=6, random_state=0), Y),
+    (lambda: RegressionForest(n_trees=4, n_thresholds=1, criterion="squared_error", random_state=0), Y_REG),
+    (lambda: RegressionForest(n_trees=3, max_samples=700, min_samples_leaf=5, random_state=0), Y_REG),
+])
+def test_leaves_renumbered_without_copies_match_the_gathered_renumbering(make, y, monkeypatch):
+    """The trainer's leaves tile its order, so their depth-first ranges follow from their starts alone."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", 0)
+    real, pairs = trainer._leaves_in_tree_order, []
+
+    def both(grown, tiled=False):
+        gathered = real(trainer.GrownForest(copy.deepcopy(grown.forest), grown.order, grown.position_weights,
+                                            grown.leaf_start.copy(), grown.leaf_end.copy()))
+        pairs.append((gathered, real(grown, tiled)))
+        return pairs[-1][1]
+
+    monkeypatch.setattr(trainer, "_leaves_in_tree_order", both)
+    make().fit(X, y)
+    (gathered, tiled), = pairs
+    np.testing.assert_array_equal(tiled.leaf_start, gathered.leaf_start)
+    np.testing.assert_array_equal(tiled.leaf_end, gathered.leaf_end)
+    np.testing.assert_array_equal(tiled.forest.child, gathered.forest.child)
 
 
 def test_apply_table_is_built_on_first_apply_and_kept():
