@@ -14,11 +14,12 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	sh plugins/napari-imageforest/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
-	# numba's cache, filled on both cores: the engine's and the body-parts kernels beside the localizer's and the
-	# detector's
+	# numba's cache, filled on both cores: the engine's and the body-parts kernels beside the localizer's, the
+	# detector's and the engine's other common settings
 	$(BIN)/python -m imageforest.warmup & engine=$$!; \
 	$(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup & parts=$$!; \
-	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup; \
+	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup \
+		&& $(BIN)/python -m imageforest.warmup --wider; \
 	status=$$?; wait $$parts && wait $$engine && test $$status -eq 0
 	touch $(STAMP)
 

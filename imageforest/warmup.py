@@ -2,13 +2,16 @@
 
 A first fit in a new environment otherwise spends 8-13 s compiling (`benchmarks/engine/first_run.py`): the default
 classification and regression forests, and the depth-first subtree kernels that fits on matrices of 512 KiB and
-more take (one threshold or many, the same kernels: the count is a run-time value).
+more take (one threshold or many, the same kernels: the count is a run-time value). `--wider` compiles the other
+common settings instead: random-forest settings (bagging, every threshold), sample weights, oblique weak learners,
+several regression targets and density forests (`make install` runs both, on separate cores).
 
-    python -m imageforest.warmup
+    python -m imageforest.warmup [--wider]
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -27,5 +30,22 @@ def main() -> None:
     print(f"engine kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
+def wider() -> None:
+    from imageforest import ClassificationForest, DensityForest, RegressionForest
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 4)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    w = rng.uniform(0.5, 2.0, 500)
+    ClassificationForest(2, n_thresholds=None, bootstrap=True, random_state=0).fit(X, y).predict(X)
+    ClassificationForest(2, random_state=0).fit(X, y, sample_weight=w).predict(X)
+    ClassificationForest(2, weak_learner="oblique", random_state=0).fit(X, y).predict(X)
+    RegressionForest(2, n_thresholds=None, bootstrap=True, criterion="squared_error", random_state=0).fit(X, X[:, 0])
+    RegressionForest(2, random_state=0).fit(X, X[:, :2]).predict(X)
+    DensityForest(2, max_depth=3, random_state=0).fit(X[:, :2]).score_samples(X[:, :2])
+    print(f"wider engine kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
+
+
 if __name__ == "__main__":
-    main()
+    wider() if "--wider" in sys.argv[1:] else main()
