@@ -184,12 +184,19 @@ class BaseForest:
         settings.max_samples = self._max_samples(n_points)
         rng = np.random.default_rng(self.random_state)
         with numba_threads(self.n_jobs):
-            # `apply`'s traversal table is built on the first apply, once the fit's working tables are freed
+            # `apply`'s traversal table is left to the caller (`_prepare_apply` once the working tables are freed)
+            # or to the first apply
             grown = grow_forest(family, data, n_points, objective, sample_weight, settings, rng)
         self.family_ = family
         self.forest_ = grown.forest
         self.n_features_in_ = family.n_features
         return grown
+
+    def _prepare_apply(self) -> None:
+        """Build `apply`'s traversal table at the end of a fit, after the fit's working tables are freed: the fit's
+        peak memory does not hold both, and a first predict pays nothing."""
+        with numba_threads(self.n_jobs):
+            self.family_.prepare_apply(self.forest_)
 
     def _prepare_fit(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray]:
         X = check_matrix(X)

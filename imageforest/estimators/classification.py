@@ -131,6 +131,7 @@ class ClassificationForest(BaseForest):
         X, sw = self._prepare_fit(X, sample_weight)
         objective, sw = self._label_objective(y, X.shape[0], sw)
         self._fit_leaves(self._grow(X, objective, sw), objective)
+        self._prepare_apply()
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None) -> ClassificationForest:

@@ -123,6 +123,8 @@ class RegressionForest(BaseForest):
         else:
             grown = self._grow_consistent(X, Y, sw)
         self._fit_leaves(grown, Y, X, np.ndim(y) == 1)
+        del grown
+        self._prepare_apply()
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None) -> RegressionForest:

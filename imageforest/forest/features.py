@@ -94,8 +94,8 @@ class FeatureFamily(ABC):
         raise NotImplementedError(f"{type(self).__name__} has no response matrix")
 
     def prepare_apply(self, forest: ForestArrays) -> None:
-        """Build (and cache on `forest`) the traversal table `apply` reads; called after load. A fitted forest
-        builds it on its first apply: not during the fit, whose working tables would still hold memory."""
+        """Build (and cache on `forest`) the traversal table `apply` reads; called at load and at the end of a fit
+        (once its working tables are freed). Without the call, the first apply builds it."""
         forest.packed()
 
     def leaf_average(self, data: Any, forest: ForestArrays, leaf_table: np.ndarray) -> np.ndarray:

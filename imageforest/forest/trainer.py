@@ -103,10 +103,14 @@ class GrownForest:
 
     @property
     def wts(self) -> np.ndarray:
-        """(n_positions,) float64 weight of every position (ones made here when `position_weights` is None)."""
-        if self.position_weights is None:
-            return np.ones(self.order.size)
-        return self.position_weights
+        """(n_positions,) float64 weight of every position: `position_weights`, or a table of ones made on the first
+        call when it is None (and kept, as callers read it once per output)."""
+        if self.position_weights is not None:
+            return self.position_weights
+        ones = self.__dict__.get("_ones")
+        if ones is None:
+            ones = self.__dict__["_ones"] = np.ones(self.order.size)
+        return ones
 
     def leaf_members(self) -> tuple[np.ndarray, np.ndarray]:
         """Every leaf's training points, leaf after leaf: (leaf index, position in `order` / `wts`) per member,

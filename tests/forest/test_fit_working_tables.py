@@ -10,6 +10,8 @@ import imageforest.estimators.base as base
 from imageforest import ClassificationForest, DensityForest, RegressionForest
 from imageforest.forest import subtree_growth, trainer
 from imageforest.forest.leaf_models import class_histograms, gaussian_leaves
+from imageforest.forest.objectives import Objective
+from imageforest.forest.weak_learners import VectorFeatures
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((1500, 6)).astype(np.float32)
@@ -40,6 +42,7 @@ def test_unit_weights_hold_no_table_and_read_as_ones(make, y, monkeypatch):
     grown = _grown(monkeypatch, make(), X, y)
     assert grown.position_weights is None
     assert grown.wts.shape == grown.order.shape and np.all(grown.wts == 1.0)
+    assert grown.wts is grown.wts  # made once
 
 
 @pytest.mark.parametrize("kwargs, weights", [
@@ -108,10 +111,21 @@ def test_leaves_renumbered_without_copies_match_the_gathered_renumbering(make, y
     np.testing.assert_array_equal(tiled.forest.child, gathered.forest.child)
 
 
-def test_apply_table_is_built_on_first_apply_and_kept():
-    f = ClassificationForest(n_trees=3, random_state=0).fit(X, Y)
-    assert "_packed_axis" not in f.forest_.__dict__
-    first = f.apply(X[:50])
-    table = f.forest_.__dict__["_packed_axis"]
-    np.testing.assert_array_equal(f.apply(X[:50]), first)
-    assert f.forest_.__dict__["_packed_axis"] is table
+def test_estimators_build_the_apply_table_at_the_end_of_their_fit():
+    """After the leaf models, once the working tables are gone; the depth-first walk it came from is dropped."""
+    for est, y in ((ClassificationForest(n_trees=3, random_state=0), Y), (RegressionForest(n_trees=3), Y_REG)):
+        forest = est.fit(X, y).forest_
+        assert "_packed_axis" in forest.__dict__ and "_preorder" not in forest.__dict__
+        table = forest.__dict__["_packed_axis"]
+        est.predict(X[:50])
+        assert forest.__dict__["_packed_axis"] is table  # the first predict built nothing
+
+
+def test_the_public_grow_leaves_the_apply_table_to_the_first_apply():
+    est = ClassificationForest(n_trees=3, random_state=0)
+    grown = est.grow(VectorFeatures.for_data("axis", X), X, X.shape[0], Objective.classification(Y, 3))
+    assert "_packed_axis" not in grown.forest.__dict__
+    leaves = est.family_.apply(X[:50], est.forest_)
+    table = est.forest_.__dict__["_packed_axis"]
+    np.testing.assert_array_equal(est.family_.apply(X[:50], est.forest_), leaves)
+    assert est.forest_.__dict__["_packed_axis"] is table
