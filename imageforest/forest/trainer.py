@@ -712,7 +712,8 @@ def _leaves_in_tree_order(grown: GrownForest, tiled: bool = False) -> GrownFores
         return GrownForest(grown.forest, grown.order, grown.position_weights, grown.leaf_start[perm],
                            grown.leaf_end[perm])
     start, end = grown.leaf_start, grown.leaf_end
-    np.take(start, perm, out=end)  # the new starts, in the old ends' storage
+    # the new starts, in the old ends' storage ("clip": numpy buffers `out` in its default mode, a copy of it all)
+    np.take(start, perm, out=end, mode="clip")
     start[:] = end
     end[:-1] = start[1:]
     if end.size:
