@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from imageforest.forest.memory_pages import small_pages
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -26,7 +27,8 @@ def class_histograms(order, wts, labels, leaf_start, leaf_end, n_classes):
 
     wts : (n_positions,) float64 weight of each position of `order`, or None when every one is 1.
     """
-    out = np.zeros((leaf_start.shape[0], n_classes), dtype=np.float32)
+    with small_pages():
+        out = np.zeros((leaf_start.shape[0], n_classes), dtype=np.float32)
     run_ranges(_class_histograms_range, leaf_start.shape[0], order, *_weights_arg(wts), labels, leaf_start,
                leaf_end, out)
     return out
@@ -97,8 +99,9 @@ def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):
     """
     n_leaves = leaf_start.shape[0]
     d = targets.shape[1]
-    mean = np.zeros((n_leaves, d))
-    cov = np.zeros((n_leaves, d, d))
+    with small_pages():
+        mean = np.zeros((n_leaves, d))
+        cov = np.zeros((n_leaves, d, d))
     run_ranges(_gaussian_leaves_range, n_leaves, order, *_weights_arg(wts), targets, leaf_start, leaf_end, var_floor,
                mean, cov)
     return mean, cov

@@ -27,6 +27,7 @@ import numpy as np
 from imageforest.forest import subtree_growth
 from imageforest.forest.features import FeatureFamily
 from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
+from imageforest.forest.memory_pages import small_pages
 from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, NodeObjectives, Objective
 from imageforest.forest.row_split_search import partition_by_row, row_gain_table
 from imageforest.forest.split_search import (
@@ -253,7 +254,7 @@ def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: i
 
 def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
                 sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
-    """Grow `settings.n_trees` trees level by level.
+    """Grow `settings.n_trees` trees level by level (their tables in small pages: `memory_pages`).
 
     Parameters
     ----------
@@ -263,6 +264,13 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
     sample_weight : (n_points,) float64
     rng : the only source of randomness
     """
+    with small_pages():
+        return _grow_levels(family, data, n_points, objective, sample_weight, settings, rng)
+
+
+def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
+                 sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
+    """`grow_forest`'s levels."""
     choose = None
     if isinstance(objective, NodeObjectives):
         objectives, choose = list(objective.objectives), objective.choose
