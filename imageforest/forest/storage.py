@@ -257,8 +257,8 @@ class ForestArrays:
             table = _axis_table_kernel(self.child, pos, self.params, self.thr_lo, self.thr_hi)
             cached = (table, pos[self.tree_root].astype(np.int32))
             self.__dict__["_packed_axis"] = cached
-            # the walk's positions are in the table now: 8 bytes per node less for the model's life (walked again
-            # should anything else ask for them)
+            # the walk's positions are in the table now: 4 bytes per node less for the model's life (walked again
+            # should anything else ask for them; its leaf list lives on as `leaf_node` after a fit's renumbering)
             self.__dict__.pop("_preorder", None)
         return cached
 
