@@ -9,8 +9,9 @@ from imageforest.exceptions import InvalidInputError
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_matrix(X, name: str = "X", n_features: int | None = None) -> np.ndarray:
-    """A finite 2-D float32 C-contiguous copy (or view) of X, shape (n_samples, n_features).
+def check_matrix(X, name: str = "X", n_features: int | None = None, order: str = "C") -> np.ndarray:
+    """A finite 2-D float32 copy (or view) of X, shape (n_samples, n_features), C-contiguous (or F-contiguous
+    with order="F").
 
     Raises
     ------
@@ -39,9 +40,10 @@ def check_matrix(X, name: str = "X", n_features: int | None = None) -> np.ndarra
         raise InvalidInputError(f"{name} has {arr.shape[1]} features, but the forest was trained on {n_features}")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise InvalidInputError(f"{name} contains NaN or infinity")
-    if arr.dtype.kind in "fiu" and arr.size and np.abs(arr).max() > _F32_MAX:
+    # the extremes, not np.abs: that would hold a float64 copy of X
+    if arr.dtype.kind in "fiu" and arr.size and max(float(arr.max()), -float(arr.min())) > _F32_MAX:
         raise InvalidInputError(f"{name} has values too large for float32")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return np.asarray(arr, dtype=np.float32, order=order)
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:

@@ -109,6 +109,15 @@ class BaseForest:
             bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
             two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling, loss=self._global_loss())
 
+    def _reads_features_only(self) -> bool:
+        """Whether growth reads X only one feature at a time: axis-aligned tests searched by the generic path
+        (every threshold, ferns, or thresholds drawn from the data), which gathers a node's values of one feature
+        from a feature-major matrix. Such a fit converts X to feature-major float32 at once, and the trainer's
+        feature-major copy is a view of it: one copy of the data instead of two. (The fused search of K random
+        thresholds reads both layouts.)"""
+        return self.weak_learner == "axis" and (self.n_thresholds is None or self.structure == "fern"
+                                                or self._threshold_sampling != "range")
+
     def _global_loss(self) -> str | None:
         """The global loss whose gradients re-weight the points level by level (alternating decision forests), or
         None for the usual locally grown forest."""
@@ -198,8 +207,9 @@ class BaseForest:
         with numba_threads(self.n_jobs):
             self.family_.prepare_apply(self.forest_)
 
-    def _prepare_fit(self, X, sample_weight) -> tuple[np.ndarray, np.ndarray]:
-        X = check_matrix(X)
+    def _prepare_fit(self, X, sample_weight, feature_major: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """X as float32 (feature-major when `feature_major`: see `_reads_features_only`) and the sample weights."""
+        X = check_matrix(X, order="F" if feature_major else "C")
         self.__dict__.pop("_online", None)
         return X, check_sample_weight(sample_weight, X.shape[0])
 

@@ -128,7 +128,7 @@ class ClassificationForest(BaseForest):
 
     def fit(self, X, y, sample_weight=None) -> ClassificationForest:
         """Grow the forest on X (n_samples, n_features) with class labels y (n_samples,)."""
-        X, sw = self._prepare_fit(X, sample_weight)
+        X, sw = self._prepare_fit(X, sample_weight, self._reads_features_only())
         objective, sw = self._label_objective(y, X.shape[0], sw)
         self._fit_leaves(self._grow(X, objective, sw), objective)
         self._prepare_apply()

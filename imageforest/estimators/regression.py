@@ -112,7 +112,9 @@ class RegressionForest(BaseForest):
 
     def fit(self, X, y, sample_weight=None) -> RegressionForest:
         """Grow the forest on X (n_samples, n_features) with targets y (n_samples,) or (n_samples, n_outputs)."""
-        X, sw = self._prepare_fit(X, sample_weight)
+        # consistent variants and linear leaves read X by rows
+        rows_read = self.variant != "breiman" or self.leaf_model == "linear"
+        X, sw = self._prepare_fit(X, sample_weight, self._reads_features_only() and not rows_read)
         Y = check_targets(y, X.shape[0])
         check_params(self)
         if self.variant == "breiman":

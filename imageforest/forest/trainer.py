@@ -525,6 +525,8 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                         nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
                                                 best_c.astype(np.int64), lo_b, hi_b, ok)
                         level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
+                        # the next chunk's tables are built while these would still be referenced
+                        del resp, positions, samples, pos_node, w_pos, lab_c, tgt_c, rows
 
         # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
         child = np.empty(n_front, dtype=np.int32)
