@@ -131,7 +131,7 @@ class DensityForest(UnsupervisedForestBase):
         if grown.position_weights is None:
             leaf_w = (grown.leaf_end - grown.leaf_start).astype(np.float64)
         else:
-            csum = np.concatenate([[0.0], np.cumsum(grown.position_weights)])
+            csum = np.concatenate([[0.0], np.cumsum(grown.position_weights, dtype=np.float64)])
             leaf_w = csum[grown.leaf_end] - csum[grown.leaf_start]
         tree_w = np.bincount(f.leaf_tree, weights=leaf_w, minlength=f.n_trees)
         self.leaf_mean_ = mean

@@ -91,8 +91,9 @@ class GrownForest:
     ----------
     forest : ForestArrays
     order : (n_positions,) int32, point index at each position (all trees' samples, concatenated)
-    position_weights : (n_positions,) float64, weight at each position (bootstrap count x sample weight), or None
-        when every position weighs 1 (no bagging, unit sample weights): a large fit then holds no such table
+    position_weights : (n_positions,) weight at each position (bootstrap count x sample weight): float64, float32
+        when the weights are bootstrap counts alone (exact), or None when every position weighs 1 (no bagging,
+        unit sample weights): a large fit then holds no such table
     leaf_start, leaf_end : (n_leaves,) int64, leaf l's points are order[leaf_start[l]:leaf_end[l]]
     """
 
@@ -104,14 +105,15 @@ class GrownForest:
 
     @property
     def wts(self) -> np.ndarray:
-        """(n_positions,) float64 weight of every position: `position_weights`, or a table of ones made on the first
-        call when it is None (and kept, as callers read it once per output)."""
-        if self.position_weights is not None:
+        """(n_positions,) float64 weight of every position: `position_weights`, or a float64 table made on the first
+        call when that is None (ones) or float32, and kept, as callers read it once per output."""
+        if self.position_weights is not None and self.position_weights.dtype == np.float64:
             return self.position_weights
-        ones = self.__dict__.get("_ones")
-        if ones is None:
-            ones = self.__dict__["_ones"] = np.ones(self.order.size)
-        return ones
+        table = self.__dict__.get("_wts64")
+        if table is None:
+            table = self.__dict__["_wts64"] = (np.ones(self.order.size) if self.position_weights is None
+                                               else self.position_weights.astype(np.float64))
+        return table
 
     def leaf_members(self) -> tuple[np.ndarray, np.ndarray]:
         """Every leaf's training points, leaf after leaf: (leaf index, position in `order` / `wts`) per member,
@@ -194,7 +196,8 @@ def _node_purity_range(s0, s1, stats, criterion, n_blocks, q, pure):  # pragma: 
 
 def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthSettings,
                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """Each tree's points (bagging or not): order, weights (None when every one is 1) and per-tree segment bounds.
+    """Each tree's points (bagging or not): order, weights (None when every one is 1; float32 when they are
+    bootstrap counts, else float64) and per-tree segment bounds.
 
     Points with zero weight are dropped. The arrays are filled in place, tree after tree, so the largest buffers
     of a fit exist once (building per-tree pieces and concatenating would hold them twice).
@@ -202,9 +205,11 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
     n_draw = n_points if settings.max_samples is None else int(settings.max_samples)
     T = settings.n_trees
     cap = T * min(n_draw, n_points)
-    unit = not settings.bootstrap and bool(np.all(sample_weight == 1.0))
+    unit_sample = bool(np.all(sample_weight == 1.0))
     order = np.empty(cap, dtype=np.int32)
-    wts = None if unit else np.empty(cap, dtype=np.float64)
+    # Bootstrap counts alone are small integers, exact in float32 (half the table; kernels sum them in float64)
+    wts = (None if unit_sample and not settings.bootstrap
+           else np.empty(cap, dtype=np.float32 if unit_sample else np.float64))
     bounds = np.zeros(T + 1, dtype=np.int64)
     every = np.flatnonzero(sample_weight > 0).astype(np.int32)
     for t in range(T):  # once per tree at start-up, not on a hot path

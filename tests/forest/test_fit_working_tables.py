@@ -55,6 +55,39 @@ def test_bagging_sample_weights_and_global_losses_keep_their_weights(kwargs, wei
     assert grown.position_weights is not None and grown.position_weights.shape == grown.order.shape
 
 
+def test_bootstrap_counts_are_held_as_float32_and_read_as_float64(monkeypatch):
+    grown = _grown(monkeypatch, ClassificationForest(n_trees=3, n_thresholds=None, bootstrap=True, random_state=0),
+                   X, Y)
+    counts = grown.position_weights
+    assert counts.dtype == np.float32 and counts.min() >= 1 and np.all(counts == np.round(counts))
+    assert grown.wts.dtype == np.float64 and np.array_equal(grown.wts, counts) and grown.wts is grown.wts
+    weighted = _grown(monkeypatch, ClassificationForest(n_trees=3, bootstrap=True, random_state=0), X, Y,
+                      np.arange(1500) % 3 + 0.5)
+    assert weighted.position_weights.dtype == np.float64  # sample weights times counts are not integers
+
+
+def test_bootstrap_forests_grow_the_same_from_float32_and_float64_counts(monkeypatch):
+    """Kernels sum the counts in float64: the float32 table grows the bytes a float64 one would."""
+    makes = ((lambda: ClassificationForest(n_trees=2, n_thresholds=None, bootstrap=True, random_state=4), Y),
+             (lambda: ClassificationForest(n_trees=2, n_thresholds=5, bootstrap=True, random_state=4), Y),
+             (lambda: RegressionForest(n_trees=2, n_thresholds=None, bootstrap=True, random_state=4), Y_REG),
+             (lambda: RegressionForest(n_trees=2, n_thresholds=4, bootstrap=True, criterion="squared_error",
+                                       random_state=4), Y_REG))
+    fitted = [make().fit(X, y) for make, y in makes]
+
+    def float64_counts(*args, draw=trainer._initial_samples):
+        order, wts, bounds = draw(*args)
+        return order, wts.astype(np.float64), bounds
+
+    monkeypatch.setattr(trainer, "_initial_samples", float64_counts)
+    for (make, y), a in zip(makes, fitted, strict=True):
+        b = make().fit(X, y)
+        for name in ("child", "thr_hi", "params", "weight"):
+            np.testing.assert_array_equal(getattr(a.forest_, name), getattr(b.forest_, name))
+        table = "leaf_posterior_" if hasattr(a, "leaf_posterior_") else "leaf_mean_"
+        np.testing.assert_array_equal(getattr(a, table), getattr(b, table))
+
+
 def test_forests_without_a_weight_table_equal_forests_with_unit_sample_weights():
     """All-one sample weights given as weights (a table) and as nothing (no table) grow the same bytes."""
     for make, y in ((lambda: ClassificationForest(n_trees=4, n_thresholds=1, random_state=2), Y),
