@@ -52,7 +52,9 @@ from imageforest.kernels import njit
 RESPONSE_BUDGET = 1 << 24
 # Positions per chunk of responses: each also takes ~40 bytes of index, weight and label copies, which outweigh its
 # responses when candidates are few (a random forest's sqrt(50) = 7: 150 MB per chunk with RESPONSE_BUDGET alone).
-CHUNK_POSITIONS = 1 << 19
+# 2^18 rather than 2^19: random forests' peaks 8-10% lower (2 classes, 100k x 50: 98-102 MB against 106-111) for
+# 0-5% of the fit time (2^17 cost 15-35%: too few nodes per chunk to share between threads).
+CHUNK_POSITIONS = 1 << 18
 # (node, candidate) pairs the fused search takes at once: its tables (uniforms, thresholds, gains, visiting order)
 # then stay a few MB each, small enough to be reused from the heap instead of being fresh pages every level.
 FUSED_PAIRS = 1 << 19
