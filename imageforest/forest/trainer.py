@@ -209,7 +209,8 @@ def _initial_samples(n_points: int, sample_weight: np.ndarray, settings: GrowthS
     cap = T * min(n_draw, n_points)
     unit_sample = bool(np.all(sample_weight == 1.0))
     order = np.empty(cap, dtype=np.int32)
-    # Bootstrap counts alone are small integers, exact in float32 (half the table; kernels sum them in float64)
+    # Bootstrap counts alone are small integers, exact in float32: half the table (the fused search takes them as
+    # float64; every kernel sums them in float64)
     wts = (None if unit_sample and not settings.bootstrap
            else np.empty(cap, dtype=np.float32 if unit_sample else np.float64))
     bounds = np.zeros(T + 1, dtype=np.int64)
@@ -316,6 +317,9 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
             and choose is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
+        if wts is not None:
+            # float32 counts would compile the fused search's kernels a second time; this path never needed them
+            wts = wts.astype(np.float64, copy=False)
         points_matrix = family.point_matrix(given)
         if points_matrix is None:
             points_matrix = np.ascontiguousarray(rows_matrix.T)
@@ -483,7 +487,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                         sets = node_set[sel]
                         node_params = cand.rows(sets)
                         resp = family.responses(data, node_params, samples, pos_node)
-                        w_pos = wts[positions]
+                        w_pos = wts[positions].astype(np.float64, copy=False)  # the search kernels' one dtype
                         # Gathering targets once per chunk turns every candidate's scan into sequential reads.
                         if targets.shape[1] <= GATHER_MAX_OUTPUTS:
                             lab_c = labels[samples] if labels.size else labels
