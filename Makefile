@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	( $(BIN)/python -m pip install --quiet uv && VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install --quiet \
 		--python $(BIN)/python -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]" ) \
 	|| $(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
-	# numba's cache, filled on both cores: the engine's kernels and the localizer's training path, and the body-parts
+	# numba's cache, filled on both cores: the engine's kernels then the localizer's training path, and the body-parts
 	# kernels, beside the localizer's, the detector's and the engine's other common settings
 	( $(BIN)/python -m imageforest.warmup && $(BIN)/python -m imageforest.apps.localize.scripts.warmup --training ) \
 		& engine=$$!; \

@@ -85,6 +85,26 @@ def test_bootstrap_forests_grow_the_same_from_float32_and_float64_counts(monkeyp
         np.testing.assert_array_equal(getattr(a, table), getattr(b, table))
 
 
+def test_fits_that_read_features_only_hold_one_copy_of_the_data(monkeypatch):
+    """Every-threshold fits take X feature-major at once: the trainer's feature-major matrix is then that copy."""
+    shared = []
+
+    def spy(self, data, read=VectorFeatures.training_data):
+        out = read(self, data)
+        shared.append(np.shares_memory(out, data))
+        return out
+
+    monkeypatch.setattr(VectorFeatures, "training_data", spy)
+    X64 = X.astype(np.float64)
+    a = ClassificationForest(n_trees=2, n_thresholds=None, bootstrap=True, random_state=0).fit(X64, Y)
+    ClassificationForest(n_trees=2, n_thresholds=4, random_state=0).fit(X64, Y)  # the fused search reads both
+    RegressionForest(n_trees=2, n_thresholds=None, leaf_model="linear", random_state=0).fit(X64, Y_REG)  # rows
+    assert shared == [True, False, False]
+    b = ClassificationForest(n_trees=2, n_thresholds=None, bootstrap=True, random_state=0).fit(
+        np.ascontiguousarray(X), Y)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+
+
 def test_forests_without_a_weight_table_equal_forests_with_unit_sample_weights():
     """All-one sample weights given as weights (a table) and as nothing (no table) grow the same bytes."""
     for make, y in ((lambda: ClassificationForest(n_trees=4, n_thresholds=1, random_state=2), Y),

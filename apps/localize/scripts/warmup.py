@@ -6,8 +6,7 @@ this step the first `imageforest localize` after an install would spend several 
     python -m imageforest.apps.localize.scripts.warmup [--training]
 
 `--training` compiles the training path instead (`imageforest train-localizer`, `OrganLocalizer.fit`) on two small
-phantoms: `make install` runs it on the core the engine's warm-up leaves idle, so a first training (and the test
-suite's) does not compile it.
+phantoms: `make install` runs it after the engine's warm-up, so a user's first training does not compile it.
 """
 
 from __future__ import annotations
