@@ -23,7 +23,7 @@ from imageforest.forest.objectives import Objective
 from imageforest.forest.online import OnlineGrowth, OnlineSettings
 from imageforest.forest.serialization import load_model, save_model
 from imageforest.forest.storage import ForestArrays
-from imageforest.forest.trainer import GrownForest, GrowthSettings, grow_forest
+from imageforest.forest.trainer import GrownForest, GrowthSettings, fused_search_applies, grow_forest
 from imageforest.forest.weak_learners import KINDS, VectorFeatures
 from imageforest.validation import check_matrix, check_sample_weight
 
@@ -110,13 +110,12 @@ class BaseForest:
             two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling, loss=self._global_loss())
 
     def _reads_features_only(self) -> bool:
-        """Whether growth reads X only one feature at a time: axis-aligned tests searched by the generic path
-        (every threshold, ferns, or thresholds drawn from the data), which gathers a node's values of one feature
-        from a feature-major matrix. Such a fit converts X to feature-major float32 at once, and the trainer's
-        feature-major copy is a view of it: one copy of the data instead of two. (The fused search of K random
-        thresholds reads both layouts.)"""
-        return self.weak_learner == "axis" and (self.n_thresholds is None or self.structure == "fern"
-                                                or self._threshold_sampling != "range")
+        """Whether growth reads X only one feature at a time: axis-aligned tests outside the fused search (see
+        `fused_search_applies`: every threshold, ferns, or thresholds drawn from the data). Such a fit converts X to
+        feature-major float32 at once, and the trainer's feature-major copy is a view of it: one copy of the data
+        instead of two."""
+        return self.weak_learner == "axis" and not fused_search_applies(self.n_thresholds, self.structure,
+                                                                        self._threshold_sampling)
 
     def _global_loss(self) -> str | None:
         """The global loss whose gradients re-weight the points level by level (alternating decision forests), or

@@ -260,6 +260,14 @@ def _chunks(counts: np.ndarray, rho: int, breaks: np.ndarray | None, per_node: i
     return out
 
 
+def fused_search_applies(n_thresholds: int | None, structure: str, threshold_sampling: str) -> bool:
+    """Whether these settings search K uniform thresholds over rows of one response matrix in the fused pass, which
+    reads the matrix both feature-major and point-major (for families with such a matrix, and objectives whose
+    statistics are not lifted or chosen per node). Otherwise the generic path gathers each candidate's responses:
+    for axis-aligned tests, one feature of a node's points at a time, from the feature-major matrix alone."""
+    return n_thresholds is not None and structure != "fern" and threshold_sampling == "range"
+
+
 def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
                 sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
     """Grow `settings.n_trees` trees level by level (their tables in small pages: `memory_pages`).
@@ -313,7 +321,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
         growing_margins = GrowingMargins(loss_labels, loss_classes, n_points)
     rows_matrix, per_position, unit_weights = None, False, False
-    if (K is not None and not fern and settings.threshold_sampling == "range" and lifted is None
+    if (fused_search_applies(K, settings.structure, settings.threshold_sampling) and lifted is None
             and choose is None):
         rows_matrix = family.response_matrix(data)
     if rows_matrix is not None:
