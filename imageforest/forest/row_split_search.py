@@ -350,13 +350,14 @@ def _score_one_target(cum, ccount, w_node, configs, squared, reg, min_samples_le
 
 
 @njit(cache=True, inline="always")
-def _score_one_target_threshold(vals, n, t, targets, a, squared, reg, min_samples_leaf, out, s,
-                                c):  # pragma: no cover - numba
-    """Gain of the test f <= t on a node's gathered responses vals[:n] (one target, unit weights) into out[s, c, 0].
+def _one_target_threshold_gain(vals, n, t, targets, a, squared, reg, min_samples_leaf):  # pragma: no cover - numba
+    """Gain of the test f <= t on a node's gathered responses vals[:n] (one target, unit weights), or -inf when a
+    child would hold fewer than min_samples_leaf points.
 
     Each side's sums in registers, point after point in the order the bin table adds them (a side's sum adds a
     signed zero for the other side's points, which leaves it unchanged), then `_score_one_target`'s arithmetic on
-    the one-threshold table: the same gains, bit for bit.
+    the one-threshold table: the same gains, bit for bit. A scalar result: small nodes score many candidates, and
+    a view of the caller's gain table per candidate cost more than the scan of a few points.
     """
     n_right = 0
     l1 = 0.0
@@ -376,7 +377,7 @@ def _score_one_target_threshold(vals, n, t, targets, a, squared, reg, min_sample
         l2 += gl * yy
     n_left = n - n_right
     if n_left < min_samples_leaf or n_right < min_samples_leaf:
-        return
+        return -np.inf
     wl = np.float64(n_left)
     w0 = wl + np.float64(n_right)
     s10 = r1 + l1
@@ -384,7 +385,7 @@ def _score_one_target_threshold(vals, n, t, targets, a, squared, reg, min_sample
     parent = _one_target_impurity(w0, s10, s20, squared, reg)
     child = _one_target_impurity(wl, l1, l2, squared, reg)
     child += _one_target_impurity(w0 - wl, s10 - l1, s20 - l2, squared, reg)
-    out[s, c, 0] = (parent - child) / w0
+    return (parent - child) / w0
 
 
 def row_gain_table(F, P, rows, u, order, wts, unit_weights, f_start, f_end, configs, criterion, labels, targets,
@@ -530,7 +531,7 @@ def _one_target_gain_blocks(blk0, blk1, bounds, perm, F, P, n_rows, rows, u, ord
         for pp in range(p0, p1):
             s, c, a, n = _next_pair(pp, perm, rho, F, P, n_rows, rows, u, order, f_start, f_end, vals, thr, thresholds)
             if one_threshold:
-                _score_one_target_threshold(vals, n, thr[0], targets, a, squared, reg, min_samples_leaf, out, s, c)
+                out[s, c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_samples_leaf)
                 continue
             cum[:] = 0.0
             ccount[:] = 0

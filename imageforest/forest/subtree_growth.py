@@ -26,9 +26,9 @@ import numpy as np
 from imageforest.forest.random_streams import _below, _uniform
 from imageforest.forest.row_split_search import (
     _gather_and_draw,
+    _one_target_threshold_gain,
     _prefix_sums,
     _score_one_target,
-    _score_one_target_threshold,
 )
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
@@ -355,11 +355,11 @@ def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, conf
     u into thr (ascending) and every configuration's gain into out[c], -inf where a child would be too small."""
     _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
     k = thr.shape[0]
+    if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
+        out[c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_leaf)
+        return
     out[c, :] = -np.inf
     out3 = out.reshape((1, out.shape[0], out.shape[1]))
-    if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
-        _score_one_target_threshold(vals, n, thr[0], targets, a, squared, reg, min_leaf, out3, 0, c)
-        return
     cum[:] = 0.0
     ccount[:] = 0
     for m in range(n):
