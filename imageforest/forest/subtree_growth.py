@@ -186,23 +186,27 @@ def _draw_rows(state, n_rows, rho, perm, swaps, rows):  # pragma: no cover - num
 @njit(cache=True, nogil=True)
 def _pick_best(state, out):  # pragma: no cover - numba
     """Flat index (c * B + g) of a best finite gain of out (rho, B), uniformly among those tied with it (the
-    level-wise `_tie_broken_argmax`'s rule), or -1 when none is finite."""
-    flat = out.reshape(-1)
+    level-wise `_tie_broken_argmax`'s rule), or -1 when none is finite. (Loops over both axes: a flat view of out
+    costs a deep node more than its scan.)"""
+    rho, n_cfg = out.shape
     best = -np.inf
-    for i in range(flat.shape[0]):
-        best = max(best, flat[i])
+    for c in range(rho):
+        for g in range(n_cfg):
+            best = max(best, out[c, g])
     if not np.isfinite(best):
         return -1
     floor = best - 1e-9 * abs(best)
     n_tied = 0
-    for i in range(flat.shape[0]):
-        n_tied += flat[i] >= floor
+    for c in range(rho):
+        for g in range(n_cfg):
+            n_tied += out[c, g] >= floor
     k = min(int(_uniform(state) * n_tied), n_tied - 1)
-    for i in range(flat.shape[0]):
-        if flat[i] >= floor:
-            if k == 0:
-                return i
-            k -= 1
+    for c in range(rho):
+        for g in range(n_cfg):
+            if out[c, g] >= floor:
+                if k == 0:
+                    return c * n_cfg + g
+                k -= 1
     return -1
 
 
@@ -397,7 +401,7 @@ def _pop(stack, top, base):  # pragma: no cover - numba
 def _chosen(state, out, min_gain):  # pragma: no cover - numba
     """`_pick_best` of out (rho, B), or -1 when no gain is finite and at least min_gain."""
     best = _pick_best(state, out)
-    if best < 0 or not out.reshape(-1)[best] >= min_gain:
+    if best < 0 or not out[best // out.shape[1], best % out.shape[1]] >= min_gain:
         return -1
     return best
 
