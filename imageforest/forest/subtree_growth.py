@@ -354,16 +354,16 @@ def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, confi
 
 @njit(cache=True, inline="always")
 def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, configs, squared, reg, min_leaf, cum,
-                          ccount, out, c):  # pragma: no cover - numba
+                          ccount, out, out3, c):  # pragma: no cover - numba
     """One candidate row r of a node (positions a.., n points, one target per position): its thresholds drawn from
-    u into thr (ascending) and every configuration's gain into out[c], -inf where a child would be too small."""
+    u into thr (ascending) and every configuration's gain into out[c], -inf where a child would be too small.
+    out3 is out as a (1, rho, B) table, made once by the caller, for the level-wise scorer's indexing."""
     _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
     k = thr.shape[0]
     if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
         out[c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_leaf)
         return
     out[c, :] = -np.inf
-    out3 = out.reshape((1, out.shape[0], out.shape[1]))
     cum[:] = 0.0
     ccount[:] = 0
     for m in range(n):
@@ -527,7 +527,8 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
     rows = np.empty(rho, dtype=np.int64)
     u = np.empty(n_thr)
     cand_thr = np.empty((rho, n_thr), dtype=np.float32)
-    out = np.empty((rho, n_cfg))
+    out3 = np.empty((1, rho, n_cfg))
+    out = out3[0]
     vals = np.empty(max_points, dtype=np.float32)
     go = np.empty(max_points, dtype=np.bool_)
     tmp_o = np.empty(max_points, dtype=order.dtype)
@@ -562,7 +563,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                 for j in range(n_thr):
                     u[j] = _uniform(state)
                 _one_target_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], column, configs,
-                                      squared, reg, min_leaf, cum, ccount, out, c)
+                                      squared, reg, min_leaf, cum, ccount, out, out3, c)
             best = _chosen(state, out, min_gain)
             if best < 0:
                 _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
