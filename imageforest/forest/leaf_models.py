@@ -43,7 +43,9 @@ def _class_histograms_range(l0, l1, order, wts, unit, labels, leaf_start, leaf_e
         acc[:] = 0.0
         for m in range(leaf_start[leaf], leaf_end[leaf]):
             acc[labels[order[m]]] += 1.0 if unit else wts[m]
-        total = acc.sum()
+        total = 0.0
+        for c in range(n_classes):  # a loop, as acc.sum() adds, without compiling numpy's reduction for a first fit
+            total += acc[c]
         if total > 0:
             for c in range(n_classes):
                 out[leaf, c] = acc[c] / total
