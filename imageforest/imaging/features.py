@@ -382,8 +382,11 @@ class BoxFeatures(FeatureFamily):
                    spec["planar"], spec["fill"], None if bank is None else FilterBank.from_spec(bank))
 
     def validate_params(self, params: np.ndarray) -> bool:
+        if params.shape[1] != BOX_WIDTH:
+            return False
         ch = params[:, [0, 7]]
-        return params.shape[1] == BOX_WIDTH and bool(np.all((ch >= 0) & (ch < self.n_channels)))
+        # offsets and edges in mm: finite and within 10 km, so their voxel spans are integers at any spacing
+        return bool(np.all((ch >= 0) & (ch < self.n_channels)) and np.all(np.abs(params) < 1e7))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -201,6 +201,22 @@ def test_image_forest_round_trip_and_posterior_image(tmp_path):
     assert isinstance(loaded.family_, DepthProbes)
 
 
+def test_box_parameters_that_give_no_voxel_span_are_refused():
+    """A box row with a NaN, an infinite or an absurd offset or edge (mm) has no integer voxel span: a model file
+    holding one is refused at load (`validate_params`), never cast to garbage voxel offsets."""
+    fam = BoxFeatures(n_channels=2)
+    good = np.zeros((2, 14))
+    good[:, [4, 5, 6, 11, 12, 13]] = 3.0
+    assert fam.validate_params(good)
+    for value in (np.nan, np.inf, -np.inf, 1e12):
+        bad = good.copy()
+        bad[1, 2] = value
+        assert not fam.validate_params(bad)
+    bad = good.copy()
+    bad[0, 7] = 2  # a channel the family does not have
+    assert not fam.validate_params(bad)
+
+
 def test_bad_points_and_images():
     from imageforest import InvalidInputError
     fam = BoxFeatures()
