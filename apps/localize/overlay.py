@@ -66,10 +66,8 @@ def _panel(ax, img: np.ndarray, origin: str, view: str, spacing_mm: float, title
 def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | None = None,
                   title: str = "", organs: list[str] | None = None) -> None:
     """Draw the organs judged present (or only `organs`); `truth` (n_organs, 6) mm adds dashed true boxes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure of its own, not pyplot's: no backend or global figure state, and 0.3 s less to import
+    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     work = result.work
@@ -78,7 +76,8 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
     wanted = set(organs) if organs else None
     rows = [(k, o) for k, o in enumerate(result.organs) if o.present and (wanted is None or o.name in wanted)]
     n_rows = max(1, len(rows))
-    fig, axes = plt.subplots(n_rows, 3, figsize=(3 * PANEL_INCHES, PANEL_INCHES * n_rows), squeeze=False)
+    fig = Figure(figsize=(3 * PANEL_INCHES, PANEL_INCHES * n_rows))
+    axes = fig.subplots(n_rows, 3, squeeze=False)
     fig.patch.set_facecolor("black")
     for ax in axes.ravel():
         ax.set_axis_off()
@@ -106,11 +105,15 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
             for blo, bhi, col, style in boxes:
                 ax.add_patch(Rectangle((blo[a] - 0.5, blo[b] - 0.5), bhi[a] - blo[a] + 1, bhi[b] - blo[b] + 1,
                                        fill=False, edgecolor=col, linestyle=style, linewidth=2))
+    # Fixed margins in inches rather than tight_layout, which draws the whole figure once more to measure it (0.5 s
+    # of a 21-panel overlay); the panels have no ticks, only a title line above each
+    height = PANEL_INCHES * n_rows
     if title:
         fig.suptitle(title + ("   solid: found, dashed: truth" if truth is not None else ""), color="white",
-                     fontsize=13)
-    fig.tight_layout(rect=(0, 0, 1, 0.99 if n_rows > 2 else 0.96))
+                     fontsize=13, y=1.0 - 0.1 / height)
+    fig.subplots_adjust(left=0.004, right=0.996, bottom=0.05 / height, top=1.0 - (0.7 if title else 0.3) / height,
+                        wspace=0.02, hspace=0.35 / (PANEL_INCHES - 0.35))
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, facecolor=fig.get_facecolor())
-    plt.close(fig)
+    # zlib level 1: a third of the default level's time on these 6-megapixel pictures, files about a third larger
+    fig.savefig(buf, format="png", dpi=DPI, facecolor=fig.get_facecolor(), pil_kwargs={"compress_level": 1})
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
