@@ -502,7 +502,7 @@ def exhaustive_best_sorted(resp, seg_start, seg_end, rows, wts, criterion, label
     resp = np.ascontiguousarray(resp, dtype=np.float32)
     run_ranges(_sorted_search_blocks, n_work, n_work, resp, resp.view(np.uint32), seg_start, seg_end, rows, wts,
                criterion, labels, tgt,
-               max(n_classes, 1), min_samples_leaf, longest, gain, threshold)
+               max(n_classes, 1), min_samples_leaf, longest, gain, threshold, chunks_per_thread=16)
     return gain, threshold
 
 
@@ -525,11 +525,19 @@ def _sorted_search_blocks(b0, b1, n_work, resp, resp_bits, seg_start, seg_end, r
             if n < 2 * msl:
                 continue
             vals = resp[c, a:a + n]
+            first = resp_bits[c, a]
+            varies = False
             for m in range(n):
-                bits = np.uint64(resp_bits[c, a + m])
+                raw = resp_bits[c, a + m]
+                varies |= raw != first
+                bits = np.uint64(raw)
                 # order-preserving: flip every bit of a negative float, only the sign bit of a positive one
                 key = bits ^ np.uint64(0xFFFFFFFF) if bits >> np.uint64(31) else bits | np.uint64(0x80000000)
                 keys[m] = (key << np.uint64(32)) | np.uint64(m)
+            if not varies:
+                # one value (a discrete feature deep in a tree, often): nothing splits, and the gain stays -inf
+                # with threshold 0, as the scan would leave them, without its sort
+                continue
             if n >= RADIX_MIN:
                 _radix_sort_high(keys, spare, counts, n)
             elif n > INSERTION_MAX:
