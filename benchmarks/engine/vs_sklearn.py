@@ -40,6 +40,9 @@ from benchmarks._measure import measure, mib
 from imageforest import ClassificationForest, RegressionForest
 
 N_JOBS = 2
+# Letter and Wine Quality, when the shared data is beside the repository (medium sets: 20,000 x 16 with 26
+# classes, 6,497 x 11)
+ML_BENCHMARKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "ml-benchmarks"
 
 
 def datasets(quick: bool):
@@ -48,10 +51,16 @@ def datasets(quick: bool):
     yield "digits", "clf", X, y
     X, y = load_breast_cancer(return_X_y=True)
     yield "breast_cancer", "clf", X, y
+    if (ML_BENCHMARKS / "letter.npz").exists():
+        d = np.load(ML_BENCHMARKS / "letter.npz")
+        yield "letter", "clf", np.concatenate([d["X_train"], d["X_test"]]), np.concatenate([d["y_train"], d["y_test"]])
     X, y = make_classification(big, 50, n_informative=20, n_redundant=10, n_classes=2, random_state=0)
     yield f"classification_{big // 1000}k_x50", "clf", X, y
     X, y = load_diabetes(return_X_y=True)
     yield "diabetes", "reg", X, y
+    if (ML_BENCHMARKS / "wine_quality.npz").exists():
+        d = np.load(ML_BENCHMARKS / "wine_quality.npz")
+        yield "wine_quality", "reg", d["X"], d["y"].astype(np.float64)
     X, y = make_friedman1(big, n_features=10, noise=1.0, random_state=0)
     yield f"friedman_{big // 1000}k", "reg", X, y
 
