@@ -360,7 +360,8 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
     # weights (no bagging, sample weights or global loss).
     subtree_points = subtree_growth.SUBTREE_POINTS
     subtrees = (rows_matrix is not None and per_position and unit_weights and subtree_points > 0
-                and points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                and (points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                     or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
                 and family.sample_draws(rho) is not None and K is not None and K >= 1
                 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
 

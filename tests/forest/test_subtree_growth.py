@@ -89,10 +89,24 @@ def test_subtrees_depend_on_the_seed_only(monkeypatch):
 
 @pytest.mark.parametrize("case", ["small matrix", "bootstrap"])
 def test_small_matrices_and_weighted_points_grow_level_by_level(case, monkeypatch):
-    """Subtrees take unit weights only (bagging weighs points by their copies) and matrices beyond the cache."""
+    """Subtrees take unit weights only (bagging weighs points by their copies), and matrices beyond the cache or
+    forests of many positions."""
     kw = dict(n_thresholds=1, bootstrap=case == "bootstrap")
     if case == "small matrix":
         monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", X[TRAIN].nbytes + 1)
+        monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_POSITIONS", 1 << 40)
     a = _fit(ClassificationForest, Y3, True, monkeypatch, **kw).forest_
     b = _fit(ClassificationForest, Y3, False, monkeypatch, **kw).forest_
     assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
+
+
+@pytest.mark.parametrize(("n_trees", "expected"), [(60, False), (140, True)])
+def test_a_small_matrix_takes_subtrees_when_the_forest_holds_many_positions(n_trees, expected, monkeypatch):
+    """2,000 x 10 float32 is far below the bytes floor; 140 trees of its points pass the positions floor (2^18),
+    60 do not (a first default fit must not compile the subtree kernels)."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", 1 << 30)
+    calls = []
+    grow = trainer.grow_subtrees
+    monkeypatch.setattr(trainer, "grow_subtrees", lambda *a, **k: calls.append(1) or grow(*a, **k))
+    ClassificationForest(n_trees=n_trees, n_thresholds=1, max_depth=12, random_state=0).fit(X[TRAIN], Y3[TRAIN])
+    assert bool(calls) is expected
