@@ -22,6 +22,7 @@ import numpy as np
 from numba import prange
 
 from imageforest.forest.objectives import (
+    ENTROPY,
     GINI,
     MIXED,
     SQUARED_ERROR,
@@ -36,6 +37,7 @@ N_WORK_BLOCKS = 256
 # The sorted search sorts a candidate's keys by radix (3 passes of 11 bits) from this many points on; below it a
 # comparison sort of the few keys is faster.
 RADIX_MIN = 1024
+XLOGX_TABLE_MAX = 1 << 21  # the heaviest node weight whose x log x values are tabled (16 MB) rather than computed
 RADIX_BITS = 11
 INSERTION_MAX = 16
 LINEAR_BIN_MAX = 32
@@ -500,15 +502,46 @@ def exhaustive_best_sorted(resp, seg_start, seg_end, rows, wts, criterion, label
     longest = int(np.max(seg_end - seg_start))
     tgt = targets[:, 0] if criterion == SQUARED_ERROR else np.zeros(1)
     resp = np.ascontiguousarray(resp, dtype=np.float32)
+    # Entropy over whole-number weights (unit weights, bootstrap counts): every class and child weight is a whole
+    # number up to the heaviest node's, so x log x comes from a table instead of six logarithms per point
+    xlogx = np.zeros(0)
+    if criterion == ENTROPY:
+        heaviest = _heaviest_whole_segment(wts, seg_start, seg_end)
+        if 0.0 <= heaviest <= XLOGX_TABLE_MAX:
+            xlogx = _xlogx_table(int(heaviest))
     run_ranges(_sorted_search_blocks, n_work, n_work, resp, resp.view(np.uint32), seg_start, seg_end, rows, wts,
                criterion, labels, tgt,
-               max(n_classes, 1), min_samples_leaf, longest, gain, threshold, chunks_per_thread=16)
+               max(n_classes, 1), min_samples_leaf, longest, xlogx, gain, threshold, chunks_per_thread=16)
     return gain, threshold
+
+
+@njit(cache=True)
+def _heaviest_whole_segment(wts, seg_start, seg_end):  # pragma: no cover - numba
+    """The largest total weight of a segment when every weight is a whole number >= 0, else -1."""
+    heaviest = 0.0
+    for s in range(seg_start.shape[0]):
+        total = 0.0
+        for m in range(seg_start[s], seg_end[s]):
+            w = wts[m]
+            if not (w >= 0.0 and w == math.floor(w)):
+                return -1.0
+            total += w
+        heaviest = max(heaviest, total)
+    return heaviest
+
+
+@njit(cache=True)
+def _xlogx_table(top):  # pragma: no cover - numba
+    """x log x of x = 0, 1, ..., top, as `_xlogx` computes it (the same bits)."""
+    table = np.empty(top + 1)
+    for x in range(top + 1):
+        table[x] = _xlogx(np.float64(x))
+    return table
 
 
 @njit(cache=True, nogil=True)
 def _sorted_search_blocks(b0, b1, n_work, resp, resp_bits, seg_start, seg_end, rows, wts, criterion, labels, tgt,
-                          n_classes, msl, longest, gain, threshold):  # pragma: no cover - numba
+                          n_classes, msl, longest, xlogx, gain, threshold):  # pragma: no cover - numba
     rho = resp.shape[0]
     n_pairs = seg_start.shape[0] * rho
     keys = np.empty(longest, dtype=np.uint64)
@@ -550,7 +583,7 @@ def _sorted_search_blocks(b0, b1, n_work, resp, resp_bits, seg_start, seg_end, r
                         keys[j + 1] = keys[j]
                         j -= 1
                     keys[j + 1] = key
-            g, t = _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total)
+            g, t = _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total, xlogx)
             gain[s, c] = g
             threshold[s, c] = t
 
@@ -591,9 +624,19 @@ def _xlogx(x):  # pragma: no cover - numba
     return x * math.log(x) if x > 0.0 else 0.0
 
 
+@njit(cache=True, inline="always")
+def _xlogx_of(x, table):  # pragma: no cover - numba
+    """`_xlogx` of x, read from `table` (x log x of 0, 1, 2, ...) when one is given: x is then a whole number."""
+    if table.shape[0] > 0:
+        return table[np.int64(x)]
+    return _xlogx(x)
+
+
 @njit(cache=True)
-def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total):  # pragma: no cover - numba
-    """Best boundary of one sorted candidate: (gain, threshold) as `_best_sorted_split` defines them."""
+def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left, total,
+                 xlogx):  # pragma: no cover - numba
+    """Best boundary of one sorted candidate: (gain, threshold) as `_best_sorted_split` defines them; `xlogx` as
+    in `_xlogx_of`."""
     low = np.uint64(0xFFFFFFFF)
     w_node = 0.0
     s_node = 0.0
@@ -626,13 +669,13 @@ def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left,
             acc_right += total[k] * total[k]
     elif not regression:
         for k in range(total.shape[0]):
-            acc_right += _xlogx(total[k])
+            acc_right += _xlogx_of(total[k], xlogx)
     if regression:
         parent = -s_node * s_node / w_pts if w_pts > 0.0 else 0.0
     elif criterion == GINI:
         parent = w_node - acc_right / w_node
     else:
-        parent = _xlogx(w_node) - acc_right
+        parent = _xlogx_of(w_node, xlogx) - acc_right
     if not regression:
         w_pts = w_node
     for r in range(n - 1):
@@ -651,8 +694,8 @@ def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left,
                 acc_left += w * (2.0 * lk + w)
                 acc_right += w * (w - 2.0 * rk)
             else:
-                acc_left += _xlogx(lk + w) - _xlogx(lk)
-                acc_right += _xlogx(rk - w) - _xlogx(rk)
+                acc_left += _xlogx_of(lk + w, xlogx) - _xlogx_of(lk, xlogx)
+                acc_right += _xlogx_of(rk - w, xlogx) - _xlogx_of(rk, xlogx)
             left[k] = lk + w
             w_left += w
         v0 = vals[m]
@@ -674,7 +717,7 @@ def _scan_sorted(keys, vals, n, a, rows, wts, criterion, labels, tgt, msl, left,
             if w_right > 0.0:
                 child += w_right - acc_right / w_right
         else:
-            child = _xlogx(w_left) - acc_left + _xlogx(max(w_right, 0.0)) - acc_right
+            child = _xlogx_of(w_left, xlogx) - acc_left + _xlogx_of(max(w_right, 0.0), xlogx) - acc_right
         g = (parent - child) / w_node
         if g > best:
             best = g
