@@ -39,3 +39,27 @@ def test_sorted_search_matches_the_generic_search(criterion):
 def test_sorted_search_is_for_running_sum_objectives_only():
     assert not sorted_search_applies(SQUARED_ERROR, 1, 2)
     assert not sorted_search_applies(SQUARED_ERROR, 2, 1)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_entropy_from_the_x_log_x_table_gives_the_same_bits(whole, monkeypatch):
+    """Whole-number weights read x log x from a table (`_xlogx_table`), other weights compute it: either way the
+    gains and thresholds are those of the computed logarithms, bit for bit."""
+    from imageforest.forest import split_search
+
+    rng = np.random.default_rng(7)
+    sizes = np.r_[rng.integers(2, 120, 30), 1500]
+    seg_end = np.cumsum(sizes)
+    seg_start = np.r_[0, seg_end[:-1]]
+    m = int(seg_end[-1])
+    resp = rng.normal(size=(3, m)).astype(np.float32)
+    rows = rng.permutation(m).astype(np.int32)
+    weights = rng.integers(0, 4, m).astype(np.float64) if whole else rng.uniform(0.2, 2.0, m)
+    labels = rng.integers(0, 7, m).astype(np.int64)
+    args = (resp, seg_start, seg_end, rows, weights, ENTROPY, labels, np.zeros((0, 0)), 7, 2)
+    assert (split_search._heaviest_whole_segment(weights, seg_start, seg_end) >= 0) is whole
+    g1, t1 = exhaustive_best_sorted(*args)
+    monkeypatch.setattr(split_search, "XLOGX_TABLE_MAX", -1.0)  # no table: every x log x computed
+    g2, t2 = exhaustive_best_sorted(*args)
+    assert np.isfinite(g1).sum() > 20
+    assert np.array_equal(g1, g2) and np.array_equal(t1, t2)
