@@ -37,9 +37,9 @@ N_WORK_BLOCKS = 256
 # The sorted search sorts a candidate's keys by radix (3 passes of 11 bits) from this many points on; below it a
 # comparison sort of the few keys is faster.
 RADIX_MIN = 1024
-XLOGX_TABLE_MAX = 1 << 21  # the heaviest node weight whose x log x values are tabled (16 MB) rather than computed
 RADIX_BITS = 11
 INSERTION_MAX = 16
+XLOGX_TABLE_MAX = 1 << 21  # the heaviest node weight whose x log x values are tabled (16 MB) rather than computed
 LINEAR_BIN_MAX = 32
 # Class rows wider than this are binned and scored over the classes present in each node.
 COMPACT_CLASSES_MIN = 8

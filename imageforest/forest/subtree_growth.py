@@ -358,16 +358,16 @@ def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, confi
 
 @njit(cache=True, inline="always")
 def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, configs, squared, reg, min_leaf, cum,
-                          ccount, out, out3, c):  # pragma: no cover - numba
+                          ccount, out3, c):  # pragma: no cover - numba
     """One candidate row r of a node (positions a.., n points, one target per position): its thresholds drawn from
-    u into thr (ascending) and every configuration's gain into out[c], -inf where a child would be too small.
-    out3 is out as a (1, rho, B) table, made once by the caller, for the level-wise scorer's indexing."""
+    u into thr (ascending) and every configuration's gain into out3[0, c], -inf where a child would be too small
+    (out3: the caller's (rho, B) gain table as a (1, rho, B) one, the level-wise scorer's indexing)."""
     _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
     k = thr.shape[0]
     if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
-        out[c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_leaf)
+        out3[0, c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_leaf)
         return
-    out[c, :] = -np.inf
+    out3[0, c, :] = -np.inf
     cum[:] = 0.0
     ccount[:] = 0
     for m in range(n):
@@ -567,7 +567,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                 for j in range(n_thr):
                     u[j] = _uniform(state)
                 _one_target_candidate(P, n_rows, rows[c], order, a, n, u, vals, cand_thr[c], column, configs,
-                                      squared, reg, min_leaf, cum, ccount, out, out3, c)
+                                      squared, reg, min_leaf, cum, ccount, out3, c)
             best = _chosen(state, out, min_gain)
             if best < 0:
                 _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
