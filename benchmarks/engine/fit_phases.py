@@ -34,7 +34,8 @@ from imageforest.forest.weak_learners import VectorFeatures
 PHASES = {"segment_stats": "stats", "segment_class_counts": "stats", "segment_one_target_stats": "stats",
           "row_gain_table": "search", "binned_gain_table": "search", "exhaustive_best": "search",
           "exhaustive_best_sorted": "search", "lifted_gain_table": "search",
-          "partition_by_row": "partition", "partition_segments": "partition", "grow_subtrees": "subtrees"}
+          "partition_by_row": "partition", "partition_segments": "partition", "grow_subtrees": "subtrees",
+          "grow_sorted_subtrees": "subtrees"}
 
 
 def instrument(totals: dict) -> None:

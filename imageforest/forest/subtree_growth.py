@@ -5,24 +5,28 @@ points' rows of the training matrix were last read a whole level (tens of megaby
 per-level Python and table-building costs. Below `SUBTREE_POINTS` points a node's rows fit in the core's cache:
 growing its whole subtree at once, as a depth-first builder does, reads them from memory once.
 
-A subtree searches as the level-wise fused search does (rho distinct rows of the matrix, K uniform thresholds over
-each candidate's range, the same gains up to rounding, ties broken uniformly at random, the same stopping rules),
-but draws its randomness from a generator of its own, seeded per subtree from the forest's generator: the trees
-depend on the seed only, never on the thread count. Only axis-aligned responses (rows of one matrix) with class
-or one-target regression statistics and unit weights take this path.
+A subtree searches as the level-wise search does (rho distinct rows of the matrix; K uniform thresholds over each
+candidate's range, or every boundary between distinct values; the same gains up to rounding, ties broken
+uniformly at random, the same stopping rules), but draws its randomness from a generator of its own, seeded per
+subtree from the forest's generator: the trees depend on the seed only, never on the thread count. Axis-aligned
+responses (rows of one matrix) with class or one-target regression statistics take this path: with K thresholds,
+unit weights only (`grow_subtrees`); with every threshold, any weights but a global loss's
+(`grow_sorted_subtrees`: bagging's counts, sample weights).
 
 Per-node helpers are ordinary compiled calls (each compiles once); the per-candidate scans are inlined, which costs
-a first large fit about 4 s of compilation and saves 10-35% of the subtrees' time. The two kernels repeat their
+X
 split step (test, partition, record, push) rather than call one helper with it: that call, with its two dozen array
 arguments, made the 10-class subtrees 8% slower.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from imageforest.forest.objectives import ENTROPY, GINI
 from imageforest.forest.random_streams import _below, _uniform
 from imageforest.forest.row_split_search import (
     _gather_and_draw,
@@ -30,11 +34,24 @@ from imageforest.forest.row_split_search import (
     _prefix_sums,
     _score_one_target,
 )
+from imageforest.forest.split_search import (
+    RADIX_BITS,
+    RADIX_MIN,
+    XLOGX_TABLE_MAX,
+    _heaviest_whole_segment,
+    _scan_sorted,
+    _sorted_keys,
+    _xlogx_table,
+)
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 # Nodes of at most this many points are grown depth-first to their leaves (0: level by level to the end).
 SUBTREE_POINTS = 128
+# ... or of at most this many when every threshold is searched (random-forest settings). Sorting a node's values
+# costs more per point than binning them at K thresholds, so per-level costs weigh less, but the whole tree grown
+# at once still saves them.
+SORTED_SUBTREE_POINTS = 1 << 13
 # Training matrices smaller than this take no subtrees: level-wise growth keeps them in the cores' caches (equal fit
 # times either way on 10,000 x 50 three-class data; Letter's 1 MB, 26 classes, fits 15% faster with subtrees), and a
 # first small fit in a new environment then does not compile the subtree kernels.
@@ -75,6 +92,32 @@ class SubtreeNodes:
     weight: np.ndarray
     start: np.ndarray
     end: np.ndarray
+
+    @classmethod
+    def allocate(cls, sizes: np.ndarray) -> SubtreeNodes:
+        """Room for the subtrees of roots of `sizes` (R,) positions: a binary tree of m positions with non-empty
+        children has at most 2m - 1 nodes. (Every node a kernel makes is written whole, so the capacity a root does
+        not use, about half of it, is never touched and costs no memory.)"""
+        R = sizes.shape[0]
+        cap_start = np.zeros(R + 1, dtype=np.int64)
+        np.cumsum(2 * sizes - 1, out=cap_start[1:])
+        n = int(cap_start[-1])
+        return cls(cap_start, np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64), np.empty(n, dtype=np.int32),
+                   np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32), np.empty(n, dtype=np.int32),
+                   np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float32), np.empty(n), np.empty(n, dtype=np.int64),
+                   np.empty(n, dtype=np.int64))
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The columns a growth kernel writes, in its argument order: row, thr_lo, thr_hi, left, depth, gain,
+        weight, start, end, used."""
+        return (self.row, self.thr_lo, self.thr_hi, self.left, self.depth, self.gain, self.weight, self.start,
+                self.end, self.used)
+
+    def counted(self) -> SubtreeNodes:
+        """Itself, with n_leaves filled in from `used` (binary trees: a leaf more than splits; a root alone is
+        none)."""
+        self.n_leaves[:] = np.where(self.used > 1, (self.used + 1) // 2, 0)
+        return self
 
     def place(self, node_first: np.ndarray, leaf_first: np.ndarray, root_tree: np.ndarray, params: np.ndarray,
               thr_lo: np.ndarray, thr_hi: np.ndarray, child: np.ndarray, depth: np.ndarray, gain: np.ndarray,
@@ -136,34 +179,18 @@ def grow_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: i
     configs : (B, 2) int64 from `partition_configs`
     """
     R = roots_start.shape[0]
-    sizes = roots_end - roots_start
-    cap_start = np.zeros(R + 1, dtype=np.int64)
-    np.cumsum(2 * sizes - 1, out=cap_start[1:])
-    n_cap = int(cap_start[-1])
-    # Every node a kernel makes is written whole (`_record_split`, `_record_leaf`): the capacity a root does not use
-    # (about half of it) is never touched, and costs no memory.
-    row = np.empty(n_cap, dtype=np.int32)
-    thr_lo = np.empty(n_cap, dtype=np.float32)
-    thr_hi = np.empty(n_cap, dtype=np.float32)
-    left = np.empty(n_cap, dtype=np.int32)
-    depth = np.empty(n_cap, dtype=np.int32)
-    gain = np.empty(n_cap, dtype=np.float32)
-    weight = np.empty(n_cap)
-    start = np.empty(n_cap, dtype=np.int64)
-    end = np.empty(n_cap, dtype=np.int64)
-    used = np.zeros(R, dtype=np.int64)
-    max_points = int(sizes.max()) if R else 1
-    common = (roots_start, roots_end, roots_depth, seeds, cap_start, P.reshape(-1), P.shape[1], order, max_points,
-              rho, n_thresholds, configs, min_samples_split, min_samples_leaf, float(min_gain), max_depth, row,
-              thr_lo, thr_hi, left, depth, gain, weight, start, end, used)
+    nodes = SubtreeNodes.allocate(roots_end - roots_start)
+    max_points = int((roots_end - roots_start).max()) if R else 1
+    common = (roots_start, roots_end, roots_depth, seeds, nodes.cap_start, P.reshape(-1), P.shape[1], order,
+              max_points, rho, n_thresholds, configs, min_samples_split, min_samples_leaf, float(min_gain),
+              max_depth, *nodes.columns())
     # Classification and regression each take a kernel of their own: a first fit compiles only its task's.
     if classes:
         run_ranges(_class_subtrees, R, *common, pos_labels, n_stats, bool(gini), chunks_per_thread=CHUNKS_PER_THREAD)
     else:
         run_ranges(_one_target_subtrees, R, *common, pos_targets[:, 0], bool(squared), float(reg),
                    chunks_per_thread=CHUNKS_PER_THREAD)
-    n_leaves = np.where(used > 1, (used + 1) // 2, 0)  # binary trees: a leaf more than splits; a root alone is none
-    return SubtreeNodes(cap_start, used, n_leaves, row, thr_lo, thr_hi, left, depth, gain, weight, start, end)
+    return nodes.counted()
 
 
 @njit(cache=True, nogil=True)
@@ -439,16 +466,17 @@ def _push_children(stack, top, first, a, mid, e, d):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start,
+def _record_leaf(g, a, e, d, w, row, thr_lo, thr_hi, gain, left, depth, weight, start,
                  end):  # pragma: no cover - numba
-    """Node g is a leaf holding positions [a, e) at depth d (no test: row 0, thresholds -inf / inf, gain 0)."""
+    """Node g is a leaf of weight w holding positions [a, e) at depth d (no test: row 0, thresholds -inf / inf,
+    gain 0)."""
     row[g] = 0
     thr_lo[g] = -np.inf
     thr_hi[g] = np.inf
     gain[g] = 0.0
     left[g] = -1
     depth[g] = d
-    weight[g] = e - a
+    weight[g] = w
     start[g] = a
     end[g] = e
 
@@ -491,11 +519,11 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
             g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             width, biggest = _class_node(labels, a, e, n_classes, counts, index, node_row, clab)
             if biggest == n:  # pure
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             parent = _count_impurity(node_row, width, np.float64(n), gini, clogc)
             _draw_rows(state, n_rows, rho, perm, swaps, rows)
@@ -506,7 +534,7 @@ def _class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_star
                                  min_leaf, parent, clogc, cum, ccount, lrow, rrow, out[c])
             best = _chosen(state, out, min_gain)
             if best < 0:
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
@@ -550,7 +578,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
             g, a, e, d, top = _pop(stack, top, base)
             n = e - a
             if n < min_split or n < 2 * min_leaf or d >= max_depth:
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             s1 = 0.0
             s2 = 0.0
@@ -560,7 +588,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                 s2 += y * y
             mean = s1 / n
             if s2 / n - mean * mean <= 1e-12 * max(s2 / n, 1e-300):  # zero variance, as `_node_purity` judges it
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             _draw_rows(state, n_rows, rho, perm, swaps, rows)
             for c in range(rho):
@@ -570,7 +598,7 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
                                       squared, reg, min_leaf, cum, ccount, out3, c)
             best = _chosen(state, out, min_gain)
             if best < 0:
-                _record_leaf(g, a, e, d, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                _record_leaf(g, a, e, d, e - a, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
@@ -580,3 +608,183 @@ def _one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap
             top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
             n_used += 2
         used[r] = n_used
+
+
+def grow_sorted_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: int, seeds: np.ndarray,
+                         X: np.ndarray, order: np.ndarray, wts: np.ndarray, labels: np.ndarray, targets: np.ndarray,
+                         criterion: int, n_classes: int, rho: int, min_samples_split: int, min_samples_leaf: int,
+                         min_gain: float, max_depth: int) -> SubtreeNodes:
+    """Grow each root's subtree to its leaves with every threshold searched (`exhaustive_best_sorted`'s choice:
+    the best boundary between distinct values of rho distinct features), partitioning its positions of `order`
+    and their weights `wts` in place as level-wise growth would.
+
+    Parameters
+    ----------
+    roots_start, roots_end : (R,) int64, root r owns positions [start, end) of the order
+    roots_depth : depth of every root (one level's nodes)
+    seeds : (R,) uint64, each subtree's generator seed
+    X : (n_features, n_points) float32, the training matrix feature-major (C-contiguous)
+    wts : (n_positions,) float32 or float64 weight per position (bootstrap counts, sample weights or ones)
+    labels : (n_points,) class per point (class criteria); targets : (n_points, 1) float64 (squared error)
+    criterion : ENTROPY, GINI or SQUARED_ERROR
+    """
+    R = roots_start.shape[0]
+    nodes = SubtreeNodes.allocate(roots_end - roots_start)
+    max_points = int((roots_end - roots_start).max()) if R else 1
+    classes = criterion <= GINI
+    lab = labels if classes else np.zeros(1, dtype=np.int64)
+    tgt = np.zeros(1) if classes else np.ascontiguousarray(targets[:, 0], dtype=np.float64)
+    # Entropy over whole-number weights reads x log x from a table, as the level-wise search does; a node's weight
+    # is at most its root's.
+    xlogx = np.zeros(0)
+    if criterion == ENTROPY:
+        heaviest = _heaviest_whole_segment(wts, roots_start, roots_end)
+        if 0.0 <= heaviest <= XLOGX_TABLE_MAX:
+            xlogx = _xlogx_table(int(heaviest))
+    run_ranges(_sorted_subtrees, R, roots_start, roots_end, roots_depth, seeds, nodes.cap_start, X, order, wts, lab,
+               tgt, criterion, max(n_classes, 1), max_points, rho, min_samples_split, min_samples_leaf,
+               float(min_gain), max_depth, xlogx, *nodes.columns(), chunks_per_thread=CHUNKS_PER_THREAD)
+    return nodes.counted()
+
+
+@njit(cache=True, nogil=True)
+def _sorted_node(w_loc, lab_loc, tgt_loc, a, e, classes, totals):  # pragma: no cover - numba
+    """A node's weight and whether its targets are all alike, as the level-wise statistics judge it (one class
+    holding the weight; zero variance of the targets that are not NaN). `totals` (n_classes,) is scratch."""
+    w_node = 0.0
+    if classes:
+        totals[:] = 0.0
+        for m in range(a, e):
+            w_node += w_loc[m]
+            totals[lab_loc[m]] += w_loc[m]
+        biggest = -np.inf
+        for t in range(totals.shape[0]):
+            biggest = max(biggest, totals[t])
+        return w_node, biggest >= w_node * (1.0 - 1e-12)
+    w = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    for m in range(a, e):
+        w_node += w_loc[m]
+        y = tgt_loc[m]
+        if math.isnan(y):
+            continue
+        wy = w_loc[m] * y
+        w += w_loc[m]
+        s1 += wy
+        s2 += wy * y
+    if w <= 0.0:
+        return w_node, True
+    mean = s1 / w
+    return w_node, s2 / w - mean * mean <= 1e-12 * max(s2 / w, 1e-300)
+
+
+@njit(cache=True, inline="always")
+def _move(arr, a, n, go, nl, tmp):  # pragma: no cover - numba
+    """Stable partition of arr[a:a + n] by go[:n] (nl of them true), those going left first."""
+    i_left = 0
+    i_right = nl
+    for m in range(n):
+        if go[m]:
+            tmp[i_left] = arr[a + m]
+            i_left += 1
+        else:
+            tmp[i_right] = arr[a + m]
+            i_right += 1
+    for m in range(n):
+        arr[a + m] = tmp[m]
+
+
+@njit(cache=True, nogil=True)
+def _sorted_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_start, X, order, wts, labels, tgt,
+                     criterion, n_classes, max_points, rho, min_split, min_leaf, min_gain, max_depth, xlogx, row,
+                     thr_lo, thr_hi, left, depth, gain, weight, start, end, used):  # pragma: no cover - numba
+    """`grow_sorted_subtrees`, roots r0..r1. A root's positions, weights and targets are copied into local arrays
+    (which stay in the core's cache while its subtree grows) and its order and weights written back at the end."""
+    n_rows = X.shape[0]
+    classes = criterion <= GINI
+    state = np.zeros(1, dtype=np.uint64)
+    perm = np.arange(n_rows)
+    swaps = np.empty(rho, dtype=np.int64)
+    rows = np.empty(rho, dtype=np.int64)
+    cand_thr = np.empty(rho, dtype=np.float32)
+    out = np.empty((rho, 1))
+    vals = np.empty(max_points, dtype=np.float32)
+    bits = vals.view(np.uint32)
+    keys = np.empty(max_points, dtype=np.uint64)
+    spare = np.empty(max_points if max_points >= RADIX_MIN else 0, dtype=np.uint64)
+    counts = np.empty(1 << RADIX_BITS, dtype=np.int64)
+    ident = np.arange(max_points)
+    o_loc = np.empty(max_points, dtype=order.dtype)
+    w_loc = np.empty(max_points)
+    lab_loc = np.zeros(max_points if classes else 1, dtype=np.int64)
+    tgt_loc = np.zeros(1 if classes else max_points)
+    go = np.empty(max_points, dtype=np.bool_)
+    tmp_o = np.empty(max_points, dtype=order.dtype)
+    tmp_w = np.empty(max_points)
+    tmp_l = np.empty(lab_loc.shape[0], dtype=np.int64)
+    tmp_t = np.empty(tgt_loc.shape[0])
+    stack = np.empty((max_points, 4), dtype=np.int64)
+    totals = np.empty(n_classes)
+    left_s = np.empty(n_classes)
+    total_s = np.empty(n_classes)
+    lo = np.float32(-np.inf)
+    for r in range(r0, r1):
+        state[0] = seeds[r]
+        base = cap_start[r]
+        a0 = roots_start[r]
+        n0 = roots_end[r] - a0
+        for m in range(n0):
+            i = order[a0 + m]
+            o_loc[m] = i
+            w_loc[m] = wts[a0 + m]
+            if classes:
+                lab_loc[m] = labels[i]
+            else:
+                tgt_loc[m] = tgt[i]
+        n_used = 1
+        top = _start_root(stack, 0, n0, roots_depth)
+        while top >= 0:
+            g, a, e, d, top = _pop(stack, top, base)
+            n = e - a
+            w_node, pure = _sorted_node(w_loc, lab_loc, tgt_loc, a, e, classes, totals)
+            if n < min_split or n < 2 * min_leaf or d >= max_depth or pure or not w_node > 0.0:
+                _record_leaf(g, a0 + a, a0 + e, d, w_node, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                continue
+            _draw_rows(state, n_rows, rho, perm, swaps, rows)
+            for c in range(rho):
+                x = X[rows[c]]
+                for m in range(n):
+                    vals[m] = x[o_loc[a + m]]
+                out[c, 0] = -np.inf
+                cand_thr[c] = 0.0
+                if _sorted_keys(bits, 0, n, keys, spare, counts):
+                    g_c, t_c = _scan_sorted(keys, vals, n, a, ident, w_loc, criterion, lab_loc, tgt_loc, min_leaf,
+                                            left_s, total_s, xlogx)
+                    out[c, 0] = g_c
+                    cand_thr[c] = t_c
+            c = _chosen(state, out, min_gain)
+            if c < 0:
+                _record_leaf(g, a0 + a, a0 + e, d, w_node, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                continue
+            hi = cand_thr[c]
+            x = X[rows[c]]
+            nl = 0
+            for m in range(n):
+                v = x[o_loc[a + m]]
+                go[m] = v > lo and v <= hi
+                nl += go[m]
+            _move(o_loc, a, n, go, nl, tmp_o)
+            _move(w_loc, a, n, go, nl, tmp_w)
+            if classes:
+                _move(lab_loc, a, n, go, nl, tmp_l)
+            else:
+                _move(tgt_loc, a, n, go, nl, tmp_t)
+            _record_split(g, rows[c], lo, hi, out[c, 0], d, w_node, n_used, row, thr_lo, thr_hi, gain, depth, weight,
+                          left)
+            top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
+            n_used += 2
+        used[r] = n_used
+        for m in range(n0):
+            order[a0 + m] = o_loc[m]
+            wts[a0 + m] = w_loc[m]

@@ -8,8 +8,9 @@ weak-learner parameters and computes responses). Per level it:
    numbers per candidate for the thresholds, from one seeded generator in a fixed order;
 3. in memory-bounded chunks of nodes, asks the family for responses, scores splits (binned or exhaustive) and
    partitions each split node's points in place, left-going points first;
-4. for large axis-aligned fits, first hands the nodes of few points to `subtree_growth`, which grows each of them
-   depth-first to its leaves while its rows are in cache; their nodes take the ids after the level's.
+4. for large axis-aligned fits, first hands the nodes of few points (K thresholds) or of a few thousand (every
+   threshold searched) to `subtree_growth`, which grows each of them depth-first to its leaves while its rows are
+   in cache; their nodes take the ids after the level's.
 
 All randomness is drawn in Python before the kernels run (a subtree's generator is seeded by a draw of the level),
 and every kernel writes disjoint slots or reduces within one (node, candidate) serially, so the model bytes depend
@@ -44,7 +45,7 @@ from imageforest.forest.split_search import (
     sorted_search_applies,
 )
 from imageforest.forest.storage import ForestArrays
-from imageforest.forest.subtree_growth import SubtreeNodes, grow_subtrees
+from imageforest.forest.subtree_growth import SubtreeNodes, grow_sorted_subtrees, grow_subtrees
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -364,6 +365,17 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                      or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
                 and family.sample_draws(rho) is not None and K is not None and K >= 1
                 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
+    # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
+    # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
+    # change level by level).
+    sorted_matrix, sorted_points = None, subtree_growth.SORTED_SUBTREE_POINTS
+    if (K is None and not fern and lifted is None and choose is None and loss_labels is None and sorted_points > 0
+            and sorted_search_applies(crit, n_blocks, q) and family.sample_draws(rho) is not None):
+        sorted_matrix = family.response_matrix(data)
+        if sorted_matrix is not None and not (sorted_matrix.dtype == np.float32 and sorted_matrix.flags.c_contiguous
+                                              and (sorted_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                                                   or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)):
+            sorted_matrix = None
 
     # Frontier: node ids are contiguous per level, and ordered by tree.
     f_start = bounds[:-1].copy()
@@ -412,17 +424,22 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         # Nodes grown depth-first take the ids after this level's; the next level's nodes follow them.
         placed = 0
         root_child = np.full(n_front, -1, dtype=np.int64)
-        if subtrees:
-            roots = np.flatnonzero(can_split & (counts <= subtree_points))
+        if subtrees or sorted_matrix is not None:
+            roots = np.flatnonzero(can_split & (counts <= (subtree_points if subtrees else sorted_points)))
             if roots.size:
                 can_split[roots] = False
                 seeds = rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
                 for a, b in _chunks(counts[roots], 1, None, budget=SUBTREE_POSITIONS):
                     chunk = roots[a:b]
-                    sub = grow_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order,
-                                        pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
-                                        crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
-                                        configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
+                    if subtrees:
+                        sub = grow_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order,
+                                            pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
+                                            crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
+                                            configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
+                    else:
+                        sub = grow_sorted_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], sorted_matrix,
+                                                   order, wts, labels, targets, crit, n_stats, rho,
+                                                   settings.min_samples_split, msl, settings.min_gain, max_depth)
                     n_sub, n_sub_leaves = _place_subtrees(sub, chunk, f_tree, next_id + placed, leaf_count,
                                                           node_table, leaf_table, level, root_child, family)
                     placed += n_sub
@@ -579,7 +596,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         depth += 1
 
     # The training matrix and the per-position copies are done with: free them before the leaves are renumbered.
-    data = rows_matrix = points_matrix = pos_labels = pos_targets = src_labels = src_targets = None
+    data = rows_matrix = points_matrix = sorted_matrix = pos_labels = pos_targets = src_labels = src_targets = None
     n_nodes = level_first_id  # the last level split nothing: every id below this is a node
     node_arrays = node_table.head(n_nodes)
     leaf_arrays = leaf_table.head(leaf_count)

@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from imageforest.forest.objectives import ENTROPY, GINI, SQUARED_ERROR
-from imageforest.forest.split_search import exhaustive_best, exhaustive_best_sorted, sorted_search_applies
+from imageforest.forest.split_search import (
+    RADIX_BITS,
+    RADIX_MIN,
+    _sorted_keys,
+    exhaustive_best,
+    exhaustive_best_sorted,
+    sorted_search_applies,
+)
 
 
 @pytest.mark.parametrize("criterion", [ENTROPY, GINI, SQUARED_ERROR])
@@ -63,3 +70,31 @@ def test_entropy_from_the_x_log_x_table_gives_the_same_bits(whole, monkeypatch):
     g2, t2 = exhaustive_best_sorted(*args)
     assert np.isfinite(g1).sum() > 20
     assert np.array_equal(g1, g2) and np.array_equal(t1, t2)
+
+
+@pytest.mark.parametrize("kind", ["whole numbers", "coarse grid", "continuous", "wide exponents"])
+def test_sorted_keys_sort_values_then_positions_whatever_the_sort(kind):
+    """Insertion, comparison and radix sorts (8- or 11-bit digits, digits every key shares skipped) all leave the
+    keys as one full sort of (value, position) does."""
+    rng = np.random.default_rng(7)
+    spare = np.empty(6000, dtype=np.uint64)
+    counts = np.empty(1 << RADIX_BITS, dtype=np.int64)
+    for n in (5, 17, 30, RADIX_MIN, 200, 1100, 5000):
+        if kind == "whole numbers":
+            v = rng.integers(0, 16, n)
+        elif kind == "coarse grid":
+            v = np.round(rng.normal(size=n), 1)
+            v[::5] = -0.0
+        elif kind == "continuous":
+            v = rng.random(n)
+        else:
+            v = rng.normal(size=n) * 10.0 ** rng.integers(-30, 30, n)
+        v = v.astype(np.float32)
+        keys = np.empty(n, dtype=np.uint64)
+        assert _sorted_keys(v.view(np.uint32), 0, n, keys, spare, counts)
+        bits = v.view(np.uint32).astype(np.uint64)
+        flipped = np.where(bits >> np.uint64(31), bits ^ np.uint64(0xFFFFFFFF), bits | np.uint64(0x80000000))
+        assert np.array_equal(keys, np.sort((flipped << np.uint64(32)) | np.arange(n, dtype=np.uint64)))
+        assert np.all(np.diff(v[(keys & np.uint64(0xFFFFFFFF)).astype(np.int64)]) >= 0)
+    same = np.full(300, 2.5, dtype=np.float32)
+    assert not _sorted_keys(same.view(np.uint32), 0, 300, np.empty(300, dtype=np.uint64), spare, counts)

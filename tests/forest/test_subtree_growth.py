@@ -1,6 +1,8 @@
 """Small nodes grown depth-first to their leaves must make the forests level-wise growth makes, in distribution:
 the same stopping rules, tests that route the training points as grown, and the same accuracy."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,72 @@ def test_a_small_matrix_takes_subtrees_when_the_forest_holds_many_positions(n_tr
     monkeypatch.setattr(trainer, "grow_subtrees", lambda *a, **k: calls.append(1) or grow(*a, **k))
     ClassificationForest(n_trees=n_trees, n_thresholds=1, max_depth=12, random_state=0).fit(X[TRAIN], Y3[TRAIN])
     assert bool(calls) is expected
+
+
+def _fit_sorted(cls, y, depth_first, monkeypatch, sample_weight=None, **settings):
+    monkeypatch.setattr(subtree_growth, "SORTED_SUBTREE_POINTS", 400 if depth_first else 0)
+    return cls(n_trees=8, random_state=3, n_thresholds=None, n_candidates=1.0, **settings).fit(
+        X[TRAIN], y[TRAIN], sample_weight=sample_weight)
+
+
+def _large_nodes(forest, least):
+    """(depth, feature, threshold, weight) of every split node of at least `least` weight, sorted."""
+    keep = (forest.child >= 0) & (forest.weight >= least)
+    rows = np.stack([forest.depth[keep], forest.params[keep, 0], forest.thr_hi[keep], forest.weight[keep]], axis=1)
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+SORTED_CASES = [
+    (ClassificationForest, dict(bootstrap=True)),
+    (ClassificationForest, dict(criterion="gini")),
+    (ClassificationForest, dict(weighted=True)),
+    (RegressionForest, dict(bootstrap=True, criterion="squared_error", leaf_model="constant")),
+]
+
+
+@pytest.mark.parametrize(("cls", "settings"), SORTED_CASES)
+def test_sorted_subtrees_choose_the_splits_level_wise_growth_chooses(cls, settings, monkeypatch):
+    """With every feature a candidate and every threshold searched, a node's best split is the same whichever way
+    the tree grows, ties aside (class counts make them even at nodes of a hundred points, and a tie broken the other
+    way changes the nodes below it): nearly every node of 50 points or more must match exactly, and the forests
+    must predict alike."""
+    settings = dict(settings)
+    weights = RNG.uniform(0.5, 2.0, 2000) if settings.pop("weighted", False) else None
+    y = Y3 if cls is ClassificationForest else Y_REG
+    deep = _fit_sorted(cls, y, True, monkeypatch, weights, **settings)
+    level = _fit_sorted(cls, y, False, monkeypatch, weights, **settings)
+    deep.forest_.validate()
+    assert not np.array_equal(deep.forest_.child, level.forest_.child)  # the subtrees were grown here
+    a, b = _large_nodes(deep.forest_, 50), _large_nodes(level.forest_, 50)
+    same = sum((Counter(map(tuple, a)) & Counter(map(tuple, b))).values())
+    assert b.shape[0] > 8 * 10 and same >= 0.95 * max(a.shape[0], b.shape[0])
+    if cls is ClassificationForest:
+        assert np.mean(deep.predict(X[TEST]) == level.predict(X[TEST])) > 0.95
+        if not settings.get("bootstrap"):  # every point in every tree, grown to pure leaves
+            assert np.mean(deep.predict(X[TRAIN]) == y[TRAIN]) == 1.0
+    else:
+        mse_deep = np.mean((deep.predict(X[TEST]) - y[TEST]) ** 2)
+        mse_level = np.mean((level.predict(X[TEST]) - y[TEST]) ** 2)
+        assert mse_deep < 1.1 * mse_level
+
+
+def test_sorted_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_only(monkeypatch):
+    kw = dict(bootstrap=True, max_depth=9, min_samples_leaf=4, min_samples_split=12)
+    forest = _fit_sorted(ClassificationForest, Y3, True, monkeypatch, **kw).forest_
+    leaf = forest.child < 0
+    assert forest.depth.max() <= 9
+    assert forest.weight[leaf].min() >= 4  # bootstrap counts: a node weighs at least its point count
+    unlimited = _fit_sorted(ClassificationForest, Y3, True, monkeypatch, bootstrap=True).forest_
+    assert forest.depth.max() < unlimited.depth.max()
+
+    def make(jobs):
+        return ClassificationForest(n_trees=6, n_thresholds=None, bootstrap=True, random_state=1,
+                                    n_jobs=jobs).fit(X, Y3).forest_
+
+    a, b = make(1), make(2)
+    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
+    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)
+    c = make(2)
+    for x, y in ((a, b), (a, c)):
+        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
+        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
