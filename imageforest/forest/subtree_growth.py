@@ -14,7 +14,7 @@ unit weights only (`grow_subtrees`); with every threshold, any weights but a glo
 (`grow_sorted_subtrees`: bagging's counts, sample weights).
 
 Per-node helpers are ordinary compiled calls (each compiles once); the per-candidate scans are inlined, which costs
-X
+a first large fit about 4 s of compilation and saves 10-35% of the subtrees' time. The kernels repeat their
 split step (test, partition, record, push) rather than call one helper with it: that call, with its two dozen array
 arguments, made the 10-class subtrees 8% slower.
 """
