@@ -367,14 +367,13 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
     # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
     # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
-    # change level by level).
+    # change level by level). Small fits too: sorting keeps a level-wise fit's per-level costs however small the
+    # matrix (digits, 1,797 x 64 with 100 trees: 0.23 s level-wise, 0.11 s depth-first).
     sorted_matrix, sorted_points = None, subtree_growth.SORTED_SUBTREE_POINTS
     if (K is None and not fern and lifted is None and choose is None and loss_labels is None and sorted_points > 0
             and sorted_search_applies(crit, n_blocks, q) and family.sample_draws(rho) is not None):
         sorted_matrix = family.response_matrix(data)
-        if sorted_matrix is not None and not (sorted_matrix.dtype == np.float32 and sorted_matrix.flags.c_contiguous
-                                              and (sorted_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
-                                                   or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)):
+        if sorted_matrix is not None and not (sorted_matrix.dtype == np.float32 and sorted_matrix.flags.c_contiguous):
             sorted_matrix = None
 
     # Frontier: node ids are contiguous per level, and ordered by tree.
