@@ -46,20 +46,21 @@ from imageforest.forest.split_search import (
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
-# Nodes of at most this many points are grown depth-first to their leaves (0: level by level to the end).
-SUBTREE_POINTS = 128
+# Nodes of at most this many points are grown depth-first to their leaves (0: level by level to the end). Deeper
+# subtrees save more levels; a root's points' rows stay in the cores' caches up to a few thousand points (ExtraTrees
+# on 100k x 50, 2 / 10 classes: 2.38 / 5.04 s at 128 points, 2.10 / 4.38 at 4,096; Friedman 200k: 15.3 / 13.7 s).
+SUBTREE_POINTS = 1 << 12
 # ... or of at most this many when every threshold is searched (random-forest settings). Sorting a node's values
 # costs more per point than binning them at K thresholds, so per-level costs weigh less, but the whole tree grown
 # at once still saves them.
 SORTED_SUBTREE_POINTS = 1 << 13
-# Training matrices smaller than this take no subtrees: level-wise growth keeps them in the cores' caches (equal fit
-# times either way on 10,000 x 50 three-class data; Letter's 1 MB, 26 classes, fits 15% faster with subtrees), and a
-# first small fit in a new environment then does not compile the subtree kernels.
+# With K thresholds, training matrices smaller than this take no subtrees: a first small fit in a new environment
+# then does not compile the subtree kernels.
 SUBTREE_MIN_BYTES = 512 << 10
 # ... unless the forest holds this many positions (points x trees): then per-level costs dominate a level-wise fit
-# (Wine Quality, 4,900 x 11 with 100 trees: 0.50 s level-wise, 0.44 s with subtrees). A first default fit (1,000
+# (Wine Quality, 4,872 x 11 with 50 trees: 0.29 s level-wise, 0.20 s with subtrees). A first default fit (1,000
 # points, 100 trees) stays below it.
-SUBTREE_MIN_POSITIONS = 1 << 18
+SUBTREE_MIN_POSITIONS = 1 << 17
 # Subtree roots per work range taken by a free thread (their costs differ by their sizes).
 CHUNKS_PER_THREAD = 16
 

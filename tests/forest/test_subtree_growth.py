@@ -102,10 +102,10 @@ def test_small_matrices_and_weighted_points_grow_level_by_level(case, monkeypatc
     assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
 
 
-@pytest.mark.parametrize(("n_trees", "expected"), [(60, False), (140, True)])
+@pytest.mark.parametrize(("n_trees", "expected"), [(60, False), (70, True)])
 def test_a_small_matrix_takes_subtrees_when_the_forest_holds_many_positions(n_trees, expected, monkeypatch):
-    """2,000 x 10 float32 is far below the bytes floor; 140 trees of its points pass the positions floor (2^18),
-    60 do not (a first default fit must not compile the subtree kernels)."""
+    """2,000 x 10 float32 is far below the bytes floor; 70 trees of its points pass the positions floor (2^17),
+    60 do not (a first default fit, 1,000 points and 100 trees, must not compile the subtree kernels)."""
     monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", 1 << 30)
     calls = []
     grow = trainer.grow_subtrees
