@@ -144,9 +144,10 @@ def repeated_splits(repeats: int, n_trees: int, max_depth) -> list[dict]:
                 peer.append(score(task, b, Xte32, yte))
             scale = 100 if task == "clf" else 1
             diff = (np.array(mine) - np.array(peer)) * scale
-            se = diff.std(ddof=1) / np.sqrt(repeats)
+            se = diff.std(ddof=1) / np.sqrt(repeats) if repeats > 1 else float("nan")  # one split: no spread
+            se_text = f"{se:7.3f}" if repeats > 1 else f"{'-':>7s}"
             print(f"{name:24s} {peer_name:12s} {np.mean(mine):9.4f} {np.mean(peer):9.4f} {diff.mean():+9.3f} "
-                  f"{se:7.3f}", flush=True)
+                  f"{se_text}", flush=True)
             rows.append(dict(data=name, peer=peer_name, repeats=repeats, score_mean=float(np.mean(mine)),
                              peer_score_mean=float(np.mean(peer)), delta_mean=float(diff.mean()),
                              delta_se=float(se)))
