@@ -55,19 +55,28 @@ def test_bagging_sample_weights_and_global_losses_keep_their_weights(kwargs, wei
     assert grown.position_weights is not None and grown.position_weights.shape == grown.order.shape
 
 
-def test_bootstrap_counts_are_held_as_float32_and_read_as_float64(monkeypatch):
+def test_bootstrap_counts_are_held_as_bytes_and_read_as_float64(monkeypatch):
     grown = _grown(monkeypatch, ClassificationForest(n_trees=3, n_thresholds=None, bootstrap=True, random_state=0),
                    X, Y)
     counts = grown.position_weights
-    assert counts.dtype == np.float32 and counts.min() >= 1 and np.all(counts == np.round(counts))
+    assert counts.dtype == np.uint8 and counts.min() >= 1
     assert grown.wts.dtype == np.float64 and np.array_equal(grown.wts, counts) and grown.wts is grown.wts
     weighted = _grown(monkeypatch, ClassificationForest(n_trees=3, bootstrap=True, random_state=0), X, Y,
                       np.arange(1500) % 3 + 0.5)
     assert weighted.position_weights.dtype == np.float64  # sample weights times counts are not integers
 
 
-def test_bootstrap_forests_grow_the_same_from_float32_and_float64_counts(monkeypatch):
-    """Kernels sum the counts in float64: the float32 table grows the bytes a float64 one would."""
+def test_counts_beyond_a_byte_turn_the_table_to_float32():
+    """Many more draws than points (300 per point here) give counts a byte cannot hold."""
+    settings = trainer.GrowthSettings(n_trees=3, n_candidates=1, n_thresholds=None, bootstrap=True,
+                                      max_samples=300 * 50)
+    order, wts, bounds = trainer._initial_samples(50, np.ones(50), settings, np.random.default_rng(0))
+    assert wts.dtype == np.float32 and wts.max() > 255 and wts.sum() == 3 * 300 * 50
+    assert np.array_equal(bounds, [0, 50, 100, 150]) and np.array_equal(np.sort(order[:50]), np.arange(50))
+
+
+def test_bootstrap_forests_grow_the_same_from_byte_and_float64_counts(monkeypatch):
+    """Kernels sum the counts in float64: the byte table grows the bytes a float64 one would."""
     # one configuration: each compiles its kernels' float64-count variants, seconds apiece on a fresh install
     makes = ((lambda: ClassificationForest(n_trees=2, n_thresholds=None, bootstrap=True, random_state=4), Y),)
     fitted = [make().fit(X, y) for make, y in makes]
