@@ -38,10 +38,14 @@ def wider() -> None:
     X = rng.normal(size=(500, 4)).astype(np.float32)
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     w = rng.uniform(0.5, 2.0, 500)
-    ClassificationForest(2, n_thresholds=None, bootstrap=True, random_state=0).fit(X, y).predict(X)
+    # random-forest settings: 500 points grow depth-first from the root, 20,000 level-wise above 8,192 points too
+    big = rng.normal(size=(20_000, 4)).astype(np.float32)
+    for data, labels in ((X, y), (big, (big[:, 0] > 0).astype(int))):
+        ClassificationForest(2, n_thresholds=None, bootstrap=True, random_state=0).fit(data, labels).predict(data)
+        RegressionForest(2, n_thresholds=None, bootstrap=True, criterion="squared_error",
+                         random_state=0).fit(data, data[:, 0])
     ClassificationForest(2, random_state=0).fit(X, y, sample_weight=w).predict(X)
     ClassificationForest(2, weak_learner="oblique", random_state=0).fit(X, y).predict(X)
-    RegressionForest(2, n_thresholds=None, bootstrap=True, criterion="squared_error", random_state=0).fit(X, X[:, 0])
     RegressionForest(2, random_state=0).fit(X, X[:, :2]).predict(X)
     DensityForest(2, max_depth=3, random_state=0).fit(X[:, :2]).score_samples(X[:, :2])
     print(f"wider engine kernels compiled and cached in {time.perf_counter() - t0:.1f} s")

@@ -160,7 +160,8 @@ def _response_layout(F, P, n_rows, r, n):  # pragma: no cover - numba
 def _gather_and_draw(src, stride, offset, order, a, n, u_sc, vals, thr):  # pragma: no cover - numba
     """Copy a node's responses src[order[a:a + n] * stride + offset] into vals[:n] and draw its K thresholds,
     ascending, into thr: lo + u (hi - lo) over the node's response range, as numpy evaluates it on float32 lo, hi
-    and float64 u. `src`, `stride`, `offset`: from `_response_layout`.
+    and float64 u. `src`, `stride`, `offset`: from `_response_layout`. Returns whether the responses differ (when
+    they do not, every threshold sends every point left, and no test of them splits the node).
     """
     lo = np.float32(np.inf)
     hi = np.float32(-np.inf)
@@ -177,6 +178,7 @@ def _gather_and_draw(src, stride, offset, order, a, n, u_sc, vals, thr):  # prag
             thr[i] = thr[i - 1]
             i -= 1
         thr[i] = t
+    return hi > lo
 
 
 @njit(cache=True, inline="always")

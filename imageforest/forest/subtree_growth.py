@@ -319,9 +319,11 @@ def _class_candidate(P, n_rows, r, order, a, n, u, vals, thr, clab, width, confi
     """One candidate row r of a node (positions a.., n points, present classes clab[:n]): its thresholds drawn
     from u into thr (ascending) and every configuration's gain (parent - children) / n into gains (B,), -inf where a
     child would be smaller than min_leaf."""
-    _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
+    varies = _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
     k = thr.shape[0]
     gains[:] = -np.inf
+    if not varies:  # one value (a discrete feature deep in a tree, often): no child of it holds a point
+        return
     if k == 1 and width <= 4:
         # Counts in registers from comparisons (a loop LLVM vectorises), instead of a table update per point.
         t = thr[0]
@@ -390,8 +392,11 @@ def _one_target_candidate(P, n_rows, r, order, a, n, u, vals, thr, targets, conf
     """One candidate row r of a node (positions a.., n points, one target per position): its thresholds drawn from
     u into thr (ascending) and every configuration's gain into out3[0, c], -inf where a child would be too small
     (out3: the caller's (rho, B) gain table as a (1, rho, B) one, the level-wise scorer's indexing)."""
-    _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
+    varies = _gather_and_draw(P, np.uint64(n_rows), np.uint64(r), order, a, n, u, vals, thr)
     k = thr.shape[0]
+    if not varies:  # one value: no child of it holds a point (min_leaf >= 1)
+        out3[0, c, :] = -np.inf
+        return
     if k == 1 and configs.shape[0] == 1 and configs[0, 0] == 0 and configs[0, 1] == 1:
         out3[0, c, 0] = _one_target_threshold_gain(vals, n, thr[0], targets, a, squared, reg, min_leaf)
         return
