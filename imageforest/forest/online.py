@@ -36,6 +36,7 @@ import numpy as np
 
 from imageforest.forest.objectives import ENTROPY, GINI, SQUARED_ERROR
 from imageforest.forest.random_streams import _below, _uniform
+from imageforest.forest.split_search import _sort_small
 from imageforest.forest.storage import ForestArrays
 from imageforest.forest.threads import run_ranges
 from imageforest.forest.trainer import renumber_leaves_depth_first
@@ -861,17 +862,6 @@ def _best_kept_test(store_x, pid, kept_row, idx, lo, hi, row, w, h, state, perm,
     return best_dim, best_thr, best_gain
 
 
-@njit(cache=True, nogil=True)
-def _sort_small(a, n):  # pragma: no cover - numba
-    """Sort a[:n] in place by insertion: n is at most a leaf's memory, and this compiles in a fraction of np.sort's
-    time."""
-    for i in range(1, n):
-        v = a[i]
-        j = i - 1
-        while j >= 0 and a[j] > v:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = v
 
 
 @njit(cache=True, nogil=True)

@@ -591,14 +591,21 @@ def _sorted_keys(bits, a, n, keys, spare, counts):  # pragma: no cover - numba
     elif n > INSERTION_MAX:
         keys[:n].sort()
     else:  # deep nodes: most pairs hold a handful of points
-        for i in range(1, n):
-            key = keys[i]
-            j = i - 1
-            while j >= 0 and keys[j] > key:
-                keys[j + 1] = keys[j]
-                j -= 1
-            keys[j + 1] = key
+        _sort_small(keys, n)
     return True
+
+
+@njit(cache=True, nogil=True)
+def _sort_small(a, n):  # pragma: no cover - numba
+    """Sort a[:n] in place by insertion: for a handful of values, faster than a library sort's call, and it
+    compiles in a fraction of np.sort's time."""
+    for i in range(1, n):
+        v = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
 
 
 @njit(cache=True, inline="always")

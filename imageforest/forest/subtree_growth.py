@@ -630,7 +630,8 @@ def grow_sorted_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_d
     roots_depth : depth of every root (one level's nodes)
     seeds : (R,) uint64, each subtree's generator seed
     X : (n_features, n_points) float32, the training matrix feature-major (C-contiguous)
-    wts : (n_positions,) float32 or float64 weight per position (bootstrap counts, sample weights or ones)
+    wts : (n_positions,) weight per position: bootstrap counts (uint8, or float32 beyond a byte), sample weights
+        or ones (float64)
     labels : (n_points,) class per point (class criteria); targets : (n_points, 1) float64 (squared error)
     criterion : ENTROPY, GINI or SQUARED_ERROR
     """
