@@ -45,7 +45,12 @@ from imageforest.forest.split_search import (
     sorted_search_applies,
 )
 from imageforest.forest.storage import ForestArrays
-from imageforest.forest.subtree_growth import SubtreeNodes, grow_sorted_subtrees, grow_subtrees
+from imageforest.forest.subtree_growth import (
+    SubtreeNodes,
+    grow_sorted_subtrees,
+    grow_subtrees,
+    grow_weighted_class_subtrees,
+)
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
@@ -363,11 +368,14 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
     # drawn as distinct rows, a node's parameter being its row) with class or one-target statistics and unit
     # weights (no bagging, sample weights or global loss).
     subtree_points = subtree_growth.SUBTREE_POINTS
-    subtrees = (rows_matrix is not None and per_position and unit_weights and subtree_points > 0
-                and (points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
-                     or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
+    large = rows_matrix is not None and (points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                                         or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
+    subtrees = (large and per_position and unit_weights and subtree_points > 0
                 and family.sample_draws(rho) is not None and K is not None and K >= 1
                 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
+    # ... and class labels with weights (bagging's counts, sample weights) but a global loss's
+    weighted_subtrees = (large and per_position and not unit_weights and loss_labels is None and subtree_points > 0
+                         and family.sample_draws(rho) is not None and K is not None and K >= 1 and crit <= GINI)
     # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
     # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
     # change level by level). Small fits too: sorting keeps a level-wise fit's per-level costs however small the
@@ -426,8 +434,9 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         # Nodes grown depth-first take the ids after this level's; the next level's nodes follow them.
         placed = 0
         root_child = np.full(n_front, -1, dtype=np.int64)
-        if subtrees or sorted_matrix is not None:
-            roots = np.flatnonzero(can_split & (counts <= (subtree_points if subtrees else sorted_points)))
+        if subtrees or weighted_subtrees or sorted_matrix is not None:
+            roots = np.flatnonzero(can_split & (counts <= (sorted_points if sorted_matrix is not None
+                                                           else subtree_points)))
             if roots.size:
                 can_split[roots] = False
                 seeds = rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
@@ -438,6 +447,11 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                                             pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
                                             crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
                                             configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
+                    elif weighted_subtrees:
+                        sub = grow_weighted_class_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b],
+                                                           points_matrix, order, wts, pos_labels, n_stats,
+                                                           crit == GINI, rho, K, configs, settings.min_samples_split,
+                                                           msl, settings.min_gain, max_depth)
                     else:
                         sub = grow_sorted_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], sorted_matrix,
                                                    order, wts, labels, targets, crit, n_stats, rho,

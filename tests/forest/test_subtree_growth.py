@@ -89,17 +89,69 @@ def test_subtrees_depend_on_the_seed_only(monkeypatch):
         assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
 
 
-@pytest.mark.parametrize("case", ["small matrix", "bootstrap"])
-def test_small_matrices_and_weighted_points_grow_level_by_level(case, monkeypatch):
-    """Subtrees take unit weights only (bagging weighs points by their copies), and matrices beyond the cache or
-    forests of many positions."""
-    kw = dict(n_thresholds=1, bootstrap=case == "bootstrap")
+@pytest.mark.parametrize("case", ["small matrix", "weighted regression"])
+def test_small_matrices_and_weighted_regression_grow_level_by_level(case, monkeypatch):
+    """With K thresholds, subtrees take matrices beyond the cache or forests of many positions, and weighted points
+    only with class labels."""
     if case == "small matrix":
         monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", X[TRAIN].nbytes + 1)
         monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_POSITIONS", 1 << 40)
-    a = _fit(ClassificationForest, Y3, True, monkeypatch, **kw).forest_
-    b = _fit(ClassificationForest, Y3, False, monkeypatch, **kw).forest_
+        a = _fit(ClassificationForest, Y3, True, monkeypatch, n_thresholds=1).forest_
+        b = _fit(ClassificationForest, Y3, False, monkeypatch, n_thresholds=1).forest_
+        assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
+        return
+    kw = dict(n_thresholds=1, bootstrap=True, criterion="squared_error", leaf_model="constant")
+    a = _fit(RegressionForest, Y_REG, True, monkeypatch, **kw).forest_
+    b = _fit(RegressionForest, Y_REG, False, monkeypatch, **kw).forest_
     assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
+
+
+@pytest.mark.parametrize("settings", [dict(bootstrap=True), dict(bootstrap=True, criterion="gini", n_thresholds=4),
+                                      dict(weighted=True), dict(weighted=True, two_sided=True, n_thresholds=3)])
+def test_weighted_class_subtrees_grow_forests_as_good_as_level_wise_ones(settings, monkeypatch):
+    """Bagging's counts and sample weights: K thresholds, weighted class sums, the same stopping rules."""
+    settings = {"n_thresholds": 1, **settings}
+    weights = RNG.uniform(0.5, 2.0, 2000) if settings.pop("weighted", False) else None
+    fits = []
+    for depth_first in (True, False):
+        monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
+        fits.append(ClassificationForest(n_trees=10, random_state=3, **settings).fit(X[TRAIN], Y3[TRAIN],
+                                                                                     sample_weight=weights))
+    deep, level = fits
+    deep.forest_.validate()
+    assert not np.array_equal(deep.forest_.child, level.forest_.child)  # the subtrees were grown here
+    if weights is not None:  # every point in every tree, grown to pure leaves
+        assert np.mean(deep.predict(X[TRAIN]) == Y3[TRAIN]) == 1.0
+    acc_deep = np.mean(deep.predict(X[TEST]) == Y3[TEST])
+    acc_level = np.mean(level.predict(X[TEST]) == Y3[TEST])
+    assert abs(acc_deep - acc_level) < 0.03
+    # a node weighs its points: a root the forest's total per tree, a split node its children together
+    f = deep.forest_
+    total = weights.sum() if weights is not None else 2000.0
+    assert np.allclose(f.weight[f.tree_root], total)
+    split = np.flatnonzero(f.child >= 0)
+    assert np.allclose(f.weight[split], f.weight[f.child[split]] + f.weight[f.child[split] + 1])
+
+
+def test_weighted_class_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_only(monkeypatch):
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64)
+    forest = ClassificationForest(n_trees=10, n_thresholds=1, bootstrap=True, max_depth=9, min_samples_leaf=4,
+                                  min_samples_split=12, random_state=3).fit(X[TRAIN], Y3[TRAIN]).forest_
+    leaf = forest.child < 0
+    assert forest.depth.max() <= 9 and forest.weight[leaf].min() >= 4
+
+    def make(jobs):
+        return ClassificationForest(n_trees=6, n_thresholds=1, bootstrap=True, random_state=1,
+                                    n_jobs=jobs).fit(X, Y3).forest_
+
+    a, b = make(1), make(2)
+    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
+    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)
+    c = make(2)
+    for x, y in ((a, b), (a, c)):
+        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
+        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+
 
 
 @pytest.mark.parametrize(("n_trees", "expected"), [(60, False), (70, True)])
@@ -181,3 +233,16 @@ def test_sorted_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_only(mon
     for x, y in ((a, b), (a, c)):
         assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
         assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+
+
+@pytest.mark.parametrize("criterion", ["entropy", "gini"])
+def test_weighted_class_subtrees_with_equal_weights_choose_the_unit_kernels_splits(criterion, monkeypatch):
+    """Every point weighing 2 scales every class sum, impurity and node weight by 2 and leaves the gains as they
+    are: the weighted kernel must grow the trees the unit-weight one grows from the same seed."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64)
+    kw = dict(n_trees=5, n_thresholds=3, criterion=criterion, random_state=2)
+    unit = ClassificationForest(**kw).fit(X[TRAIN], Y3[TRAIN]).forest_
+    doubled = ClassificationForest(**kw).fit(X[TRAIN], Y3[TRAIN], sample_weight=np.full(2000, 2.0)).forest_
+    assert np.array_equal(unit.child, doubled.child) and np.array_equal(unit.params, doubled.params)
+    assert np.array_equal(unit.thr_lo, doubled.thr_lo) and np.array_equal(unit.thr_hi, doubled.thr_hi)
+    assert np.allclose(doubled.weight, 2.0 * unit.weight)
