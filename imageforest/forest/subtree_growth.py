@@ -983,3 +983,135 @@ def _weighted_class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds,
             order[a0 + m] = o_loc[m]
             wts[a0 + m] = w_loc[m]
             labels[a0 + m] = l_loc[m]
+
+
+def grow_weighted_one_target_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: int,
+                                      seeds: np.ndarray, P: np.ndarray, order: np.ndarray, wts: np.ndarray,
+                                      pos_targets: np.ndarray, squared: bool, reg: float, rho: int,
+                                      n_thresholds: int, configs: np.ndarray, min_samples_split: int,
+                                      min_samples_leaf: int, min_gain: float, max_depth: int) -> SubtreeNodes:
+    """`grow_subtrees` for one regression target with a weight per position (bagging's counts, sample weights):
+    weighted sums per bin, scored as the level-wise one-target scorer does.
+
+    Parameters
+    ----------
+    wts : (n_positions,) float64 weight per position; pos_targets : (n_positions, 1) float64 target per position
+    Others as in `grow_subtrees`.
+    """
+    R = roots_start.shape[0]
+    nodes = SubtreeNodes.allocate(roots_end - roots_start)
+    max_points = int((roots_end - roots_start).max()) if R else 1
+    targets = np.ascontiguousarray(pos_targets[:, 0])
+    run_ranges(_weighted_one_target_subtrees, R, roots_start, roots_end, roots_depth, seeds, nodes.cap_start,
+               P.reshape(-1), P.shape[1], order, wts, targets, bool(squared), float(reg), max_points, rho,
+               n_thresholds, configs, min_samples_split, min_samples_leaf, float(min_gain), max_depth,
+               *nodes.columns(), chunks_per_thread=CHUNKS_PER_THREAD)
+    if not np.shares_memory(targets, pos_targets):
+        pos_targets[:, 0] = targets
+    return nodes.counted()
+
+
+@njit(cache=True, nogil=True)
+def _weighted_one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_start, P, n_rows, order,
+                                  wts, targets, squared, reg, max_points, rho, n_thr, configs, min_split, min_leaf,
+                                  min_gain, max_depth, row, thr_lo, thr_hi, left, depth, gain, weight, start, end,
+                                  used):  # pragma: no cover - numba
+    """`grow_weighted_one_target_subtrees`, roots r0..r1, with local copies of a root's order, weights and targets
+    written back when its subtree is done."""
+    n_cfg = configs.shape[0]
+    state = np.zeros(1, dtype=np.uint64)
+    perm = np.arange(n_rows)
+    swaps = np.empty(rho, dtype=np.int64)
+    rows = np.empty(rho, dtype=np.int64)
+    u = np.empty(n_thr)
+    cand_thr = np.empty((rho, n_thr), dtype=np.float32)
+    out3 = np.empty((1, rho, n_cfg))
+    out = out3[0]
+    vals = np.empty(max_points, dtype=np.float32)
+    o_loc = np.empty(max_points, dtype=order.dtype)
+    w_loc = np.empty(max_points)
+    t_loc = np.empty(max_points)
+    go = np.empty(max_points, dtype=np.bool_)
+    tmp_o = np.empty(max_points, dtype=order.dtype)
+    tmp_w = np.empty(max_points)
+    tmp_t = np.empty(max_points)
+    stack = np.empty((max_points, 4), dtype=np.int64)
+    cum = np.empty((n_thr + 2, 3))
+    ccount = np.empty(n_thr + 2, dtype=np.int64)
+    for r in range(r0, r1):
+        state[0] = seeds[r]
+        base = cap_start[r]
+        a0 = roots_start[r]
+        n0 = roots_end[r] - a0
+        for m in range(n0):
+            o_loc[m] = order[a0 + m]
+            w_loc[m] = wts[a0 + m]
+            t_loc[m] = targets[a0 + m]
+        n_used = 1
+        top = _start_root(stack, 0, n0, roots_depth)
+        while top >= 0:
+            g, a, e, d, top = _pop(stack, top, base)
+            n = e - a
+            w_node = 0.0
+            s1 = 0.0
+            s2 = 0.0
+            for m in range(a, e):
+                wy = w_loc[m] * t_loc[m]
+                w_node += w_loc[m]
+                s1 += wy
+                s2 += wy * t_loc[m]
+            pure = True
+            if w_node > 0.0:
+                mean = s1 / w_node
+                pure = s2 / w_node - mean * mean <= 1e-12 * max(s2 / w_node, 1e-300)
+            if n < min_split or n < 2 * min_leaf or d >= max_depth or pure:
+                _record_leaf(g, a0 + a, a0 + e, d, w_node, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                continue
+            _draw_rows(state, n_rows, rho, perm, swaps, rows)
+            for c in range(rho):
+                for j in range(n_thr):
+                    u[j] = _uniform(state)
+                out3[0, c, :] = -np.inf
+                if not _gather_and_draw(P, np.uint64(n_rows), np.uint64(rows[c]), o_loc, a, n, u, vals,
+                                        cand_thr[c]):
+                    continue  # one value: no child of it holds a point
+                thr = cand_thr[c]
+                cum[:] = 0.0
+                ccount[:] = 0
+                for m in range(n):
+                    v = vals[m]
+                    b = 1
+                    for j in range(n_thr):
+                        b += thr[j] < v
+                    w = w_loc[a + m]
+                    wy = w * t_loc[a + m]
+                    cum[b, 0] += w
+                    cum[b, 1] += wy
+                    cum[b, 2] += wy * t_loc[a + m]
+                    ccount[b] += 1
+                _prefix_sums(cum, ccount)
+                _score_one_target(cum, ccount, w_node, configs, squared, reg, min_leaf, out3, 0, c)
+            best = _chosen(state, out, min_gain)
+            if best < 0:
+                _record_leaf(g, a0 + a, a0 + e, d, w_node, row, thr_lo, thr_hi, gain, left, depth, weight, start, end)
+                continue
+            c = best // n_cfg
+            lo, hi = _band(cand_thr[c], configs, best % n_cfg)
+            r_c = np.uint64(rows[c])
+            nl = 0
+            for m in range(n):
+                v = P[np.uint64(o_loc[a + m]) * np.uint64(n_rows) + r_c]
+                go[m] = v > lo and v <= hi
+                nl += go[m]
+            _move(o_loc, a, n, go, nl, tmp_o)
+            _move(w_loc, a, n, go, nl, tmp_w)
+            _move(t_loc, a, n, go, nl, tmp_t)
+            _record_split(g, rows[c], lo, hi, out[c, best % n_cfg], d, w_node, n_used, row, thr_lo, thr_hi, gain,
+                          depth, weight, left)
+            top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
+            n_used += 2
+        used[r] = n_used
+        for m in range(n0):
+            order[a0 + m] = o_loc[m]
+            wts[a0 + m] = w_loc[m]
+            targets[a0 + m] = t_loc[m]

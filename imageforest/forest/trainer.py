@@ -50,6 +50,7 @@ from imageforest.forest.subtree_growth import (
     grow_sorted_subtrees,
     grow_subtrees,
     grow_weighted_class_subtrees,
+    grow_weighted_one_target_subtrees,
 )
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
@@ -373,9 +374,10 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
     subtrees = (large and per_position and unit_weights and subtree_points > 0
                 and family.sample_draws(rho) is not None and K is not None and K >= 1
                 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
-    # ... and class labels with weights (bagging's counts, sample weights) but a global loss's
+    # ... and with weights (bagging's counts, sample weights) but a global loss's
     weighted_subtrees = (large and per_position and not unit_weights and loss_labels is None and subtree_points > 0
-                         and family.sample_draws(rho) is not None and K is not None and K >= 1 and crit <= GINI)
+                         and family.sample_draws(rho) is not None and K is not None and K >= 1
+                         and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
     # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
     # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
     # change level by level). Small fits too: sorting keeps a level-wise fit's per-level costs however small the
@@ -447,11 +449,16 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
                                             pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
                                             crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
                                             configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
-                    elif weighted_subtrees:
+                    elif weighted_subtrees and crit <= GINI:
                         sub = grow_weighted_class_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b],
                                                            points_matrix, order, wts, pos_labels, n_stats,
                                                            crit == GINI, rho, K, configs, settings.min_samples_split,
                                                            msl, settings.min_gain, max_depth)
+                    elif weighted_subtrees:
+                        sub = grow_weighted_one_target_subtrees(
+                            f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order, wts, pos_targets,
+                            crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K, configs,
+                            settings.min_samples_split, msl, settings.min_gain, max_depth)
                     else:
                         sub = grow_sorted_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], sorted_matrix,
                                                    order, wts, labels, targets, crit, n_stats, rho,

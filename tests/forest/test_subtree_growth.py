@@ -89,21 +89,38 @@ def test_subtrees_depend_on_the_seed_only(monkeypatch):
         assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
 
 
-@pytest.mark.parametrize("case", ["small matrix", "weighted regression"])
-def test_small_matrices_and_weighted_regression_grow_level_by_level(case, monkeypatch):
-    """With K thresholds, subtrees take matrices beyond the cache or forests of many positions, and weighted points
-    only with class labels."""
-    if case == "small matrix":
-        monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", X[TRAIN].nbytes + 1)
-        monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_POSITIONS", 1 << 40)
-        a = _fit(ClassificationForest, Y3, True, monkeypatch, n_thresholds=1).forest_
-        b = _fit(ClassificationForest, Y3, False, monkeypatch, n_thresholds=1).forest_
-        assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
-        return
-    kw = dict(n_thresholds=1, bootstrap=True, criterion="squared_error", leaf_model="constant")
-    a = _fit(RegressionForest, Y_REG, True, monkeypatch, **kw).forest_
-    b = _fit(RegressionForest, Y_REG, False, monkeypatch, **kw).forest_
+def test_small_matrices_grow_level_by_level(monkeypatch):
+    """With K thresholds, subtrees take matrices beyond the cache or forests of many positions."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", X[TRAIN].nbytes + 1)
+    monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_POSITIONS", 1 << 40)
+    a = _fit(ClassificationForest, Y3, True, monkeypatch, n_thresholds=1).forest_
+    b = _fit(ClassificationForest, Y3, False, monkeypatch, n_thresholds=1).forest_
     assert np.array_equal(a.child, b.child) and np.array_equal(a.thr_hi, b.thr_hi)
+
+
+@pytest.mark.parametrize(("criterion", "settings"), [("squared_error", dict(bootstrap=True)),
+                                                     ("squared_error", dict(weighted=True, n_thresholds=4)),
+                                                     ("gaussian", dict(weighted=True))])
+def test_weighted_one_target_subtrees_grow_forests_as_good_as_level_wise_ones(criterion, settings, monkeypatch):
+    settings = {"n_thresholds": 1, **settings}
+    weights = RNG.uniform(0.5, 2.0, 2000) if settings.pop("weighted", False) else None
+    kw = dict(criterion=criterion, n_candidates=1.0, leaf_model="constant", **settings)
+    fits = []
+    for depth_first in (True, False):
+        monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
+        fits.append(RegressionForest(n_trees=10, random_state=3, **kw).fit(X[TRAIN], Y_REG[TRAIN],
+                                                                            sample_weight=weights))
+    deep, level = fits
+    f = deep.forest_
+    f.validate()
+    assert not np.array_equal(f.child, level.forest_.child)
+    split = np.flatnonzero(f.child >= 0)
+    assert np.allclose(f.weight[split], f.weight[f.child[split]] + f.weight[f.child[split] + 1])
+    if criterion == "squared_error" and weights is not None:  # one-point leaves give the training targets back
+        assert np.allclose(deep.predict(X[TRAIN]), Y_REG[TRAIN])
+    mse_deep = np.mean((deep.predict(X[TEST]) - Y_REG[TEST]) ** 2)
+    mse_level = np.mean((level.predict(X[TEST]) - Y_REG[TEST]) ** 2)
+    assert mse_deep < 1.1 * mse_level
 
 
 @pytest.mark.parametrize("settings", [dict(bootstrap=True), dict(bootstrap=True, criterion="gini", n_thresholds=4),
@@ -246,3 +263,33 @@ def test_weighted_class_subtrees_with_equal_weights_choose_the_unit_kernels_spli
     assert np.array_equal(unit.child, doubled.child) and np.array_equal(unit.params, doubled.params)
     assert np.array_equal(unit.thr_lo, doubled.thr_lo) and np.array_equal(unit.thr_hi, doubled.thr_hi)
     assert np.allclose(doubled.weight, 2.0 * unit.weight)
+
+
+@pytest.mark.parametrize("criterion", ["squared_error", "gaussian"])
+def test_weighted_one_target_subtrees_with_equal_weights_choose_the_unit_kernels_splits(criterion, monkeypatch):
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64)
+    kw = dict(n_trees=5, n_thresholds=3, n_candidates=1.0, criterion=criterion, leaf_model="constant",
+              random_state=2)
+    unit = RegressionForest(**kw).fit(X[TRAIN], Y_REG[TRAIN]).forest_
+    doubled = RegressionForest(**kw).fit(X[TRAIN], Y_REG[TRAIN], sample_weight=np.full(2000, 2.0)).forest_
+    assert np.array_equal(unit.child, doubled.child) and np.array_equal(unit.params, doubled.params)
+    assert np.array_equal(unit.thr_hi, doubled.thr_hi) and np.allclose(doubled.weight, 2.0 * unit.weight)
+
+
+@pytest.mark.parametrize(("cls", "criterion"), [(ClassificationForest, "entropy"), (ClassificationForest, "gini"),
+                                                (RegressionForest, "squared_error")])
+def test_a_weight_of_two_grows_what_a_copy_of_the_point_grows(cls, criterion, monkeypatch):
+    """Whole trees grown depth-first from the same seed: a point of weight 2 (the weighted kernel) and the same
+    point given twice (the unit one) make the same class sums, the same thresholds and the same trees."""
+    monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 4000)
+    twice = np.arange(0, 2000, 4)
+    y = Y3 if cls is ClassificationForest else Y_REG
+    kw = dict(n_trees=4, n_thresholds=2, n_candidates=4, criterion=criterion, random_state=5)
+    if cls is RegressionForest:
+        kw["leaf_model"] = "constant"
+    weights = np.ones(2000)
+    weights[twice] = 2.0
+    weighted = cls(**kw).fit(X[TRAIN], y[TRAIN], sample_weight=weights).forest_
+    copied = cls(**kw).fit(np.concatenate([X[TRAIN], X[twice]]), np.concatenate([y[TRAIN], y[twice]])).forest_
+    assert np.array_equal(weighted.child, copied.child) and np.array_equal(weighted.params, copied.params)
+    assert np.array_equal(weighted.thr_hi, copied.thr_hi) and np.allclose(weighted.weight, copied.weight)
