@@ -35,7 +35,8 @@ PHASES = {"segment_stats": "stats", "segment_class_counts": "stats", "segment_on
           "row_gain_table": "search", "binned_gain_table": "search", "exhaustive_best": "search",
           "exhaustive_best_sorted": "search", "lifted_gain_table": "search",
           "partition_by_row": "partition", "partition_segments": "partition", "grow_subtrees": "subtrees",
-          "grow_sorted_subtrees": "subtrees"}
+          "grow_sorted_subtrees": "subtrees", "grow_weighted_class_subtrees": "subtrees",
+          "grow_weighted_one_target_subtrees": "subtrees"}
 
 
 def instrument(totals: dict) -> None:
@@ -55,11 +56,30 @@ def instrument(totals: dict) -> None:
 
 
 CONFIGS = ("ET 2 classes", "ET 3 classes", "ET 10 classes", "ET Letter", "RF Letter", "RF 2 classes", "ET regression",
-           "ET regression gaussian", "RF regression", "ET Wine", "RF Wine")
+           "ET regression gaussian", "RF regression", "ET Wine", "RF Wine", "ET 3 classes weighted",
+           "ET 3 classes bagged", "ET regression weighted", "ET regression bagged")
+# " weighted": sample weights of 2 on a third of the points (class 0; regression: x0 > 2/3), as class balancing
+# gives; " bagged": bootstrap=True on both (ExtraTrees with bagging).
+VARIANTS = (" weighted", " bagged")
 ML_BENCHMARKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "ml-benchmarks"
 
 
 def config(name: str, n: int, trees: int, threads: int):
+    """Data, the two estimators and the sample weights (or None) of configuration `name`: X, y, X_test, y_test,
+    ours, scikit-learn's, weights."""
+    for variant in VARIANTS:
+        if name.endswith(variant):
+            X, y, X_test, y_test, ours, theirs = _base_config(name[:-len(variant)], n, trees, threads)
+            if variant == " bagged":
+                ours.set_params(bootstrap=True)
+                theirs.set_params(bootstrap=True)
+                return X, y, X_test, y_test, ours, theirs, None
+            heavy = X[:, 0] > 2 / 3 if "regression" in name else y == 0
+            return X, y, X_test, y_test, ours, theirs, np.where(heavy, 2.0, 1.0)
+    return (*_base_config(name, n, trees, threads), None)
+
+
+def _base_config(name: str, n: int, trees: int, threads: int):
     """Data and the two estimators of configuration `name`: X, y, X_test, y_test, ours, scikit-learn's.
 
     Synthetic sets hold out a sixth of what is drawn for the test; Letter has its published split, Wine Quality
@@ -111,7 +131,7 @@ def fit_once(name: str, library: str, n: int, trees: int, threads: int, criterio
              generic_exhaustive: bool) -> dict:
     """One fit in this process (a fresh one): seconds, our phases, and the fit's peak memory above what the
     process held before it (MB, from the peak resident size)."""
-    X, y, X_test, y_test, ours, theirs = config(name, n, trees, threads)
+    X, y, X_test, y_test, ours, theirs, weights = config(name, n, trees, threads)
     est = ours if library == "imageforest" else theirs
     if criterion and "classes" in name:
         est.set_params(criterion=criterion)
@@ -121,12 +141,12 @@ def fit_once(name: str, library: str, n: int, trees: int, threads: int, criterio
     instrument(totals)
     floor = subtree_growth.SUBTREE_MIN_BYTES
     subtree_growth.SUBTREE_MIN_BYTES = 0  # a small warm-up fit takes subtrees too: their kernels load here
-    est.fit(X[:2000], y[:2000])  # compile (and import) outside the timing
+    est.fit(X[:2000], y[:2000], sample_weight=None if weights is None else weights[:2000])  # compile outside timing
     subtree_growth.SUBTREE_MIN_BYTES = floor
     totals.clear()
     before = _rss_mb()
     t0 = time.perf_counter()
-    est.fit(X, y)
+    est.fit(X, y, sample_weight=weights)
     fit = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
     pred = est.predict(X_test)

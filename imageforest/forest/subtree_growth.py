@@ -9,9 +9,10 @@ A subtree searches as the level-wise search does (rho distinct rows of the matri
 candidate's range, or every boundary between distinct values; the same gains up to rounding, ties broken
 uniformly at random, the same stopping rules), but draws its randomness from a generator of its own, seeded per
 subtree from the forest's generator: the trees depend on the seed only, never on the thread count. Axis-aligned
-responses (rows of one matrix) with class or one-target regression statistics take this path: with K thresholds,
-unit weights only (`grow_subtrees`); with every threshold, any weights but a global loss's
-(`grow_sorted_subtrees`: bagging's counts, sample weights).
+responses (rows of one matrix) with class or one-target regression statistics take this path, with any weights but
+a global loss's (which change level by level): K thresholds with unit weights (`grow_subtrees`) or with weights,
+bagging's counts or sample weights (`grow_weighted_class_subtrees`, `grow_weighted_one_target_subtrees`, whose
+roots' positions, weights and labels are copied into local arrays), and every threshold (`grow_sorted_subtrees`).
 
 Per-node helpers are ordinary compiled calls (each compiles once); the per-candidate scans are inlined, which costs
 a first large fit about 4 s of compilation and saves 10-35% of the subtrees' time. The kernels repeat their
