@@ -704,6 +704,41 @@ def _move(arr, a, n, go, nl, tmp):  # pragma: no cover - numba
         arr[a + m] = tmp[m]
 
 
+@njit(cache=True, inline="always")
+def _load_root(order, wts, carried, a0, n0, o_loc, w_loc, c_loc):  # pragma: no cover - numba
+    """Copy a root's positions a0..a0 + n0 of the order, their weights and a per-position array (labels or
+    targets) into local arrays."""
+    for m in range(n0):
+        o_loc[m] = order[a0 + m]
+        w_loc[m] = wts[a0 + m]
+        c_loc[m] = carried[a0 + m]
+
+
+@njit(cache=True, inline="always")
+def _store_root(order, wts, carried, a0, n0, o_loc, w_loc, c_loc):  # pragma: no cover - numba
+    """`_load_root` backwards: the grown subtree's order, weights and per-position array written in place."""
+    for m in range(n0):
+        order[a0 + m] = o_loc[m]
+        wts[a0 + m] = w_loc[m]
+        carried[a0 + m] = c_loc[m]
+
+
+@njit(cache=True, inline="always")
+def _split_local(P, n_rows, r, lo, hi, o_loc, w_loc, c_loc, a, n, go, tmp_o, tmp_w, tmp_c):  # pragma: no cover
+    """Stable partition of local positions a..a + n (order, weights, labels or targets) by lo < P[point, r] <= hi,
+    left-going first; returns the left count."""
+    r_c = np.uint64(r)
+    nl = 0
+    for m in range(n):
+        v = P[np.uint64(o_loc[a + m]) * np.uint64(n_rows) + r_c]
+        go[m] = v > lo and v <= hi
+        nl += go[m]
+    _move(o_loc, a, n, go, nl, tmp_o)
+    _move(w_loc, a, n, go, nl, tmp_w)
+    _move(c_loc, a, n, go, nl, tmp_c)
+    return nl
+
+
 @njit(cache=True, nogil=True)
 def _sorted_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds, cap_start, X, order, wts, labels, tgt,
                      criterion, n_classes, max_points, rho, min_split, min_leaf, min_gain, max_depth, xlogx, row,
@@ -923,10 +958,7 @@ def _weighted_class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds,
         base = cap_start[r]
         a0 = roots_start[r]
         n0 = roots_end[r] - a0
-        for m in range(n0):
-            o_loc[m] = order[a0 + m]
-            w_loc[m] = wts[a0 + m]
-            l_loc[m] = labels[a0 + m]
+        _load_root(order, wts, labels, a0, n0, o_loc, w_loc, l_loc)
         n_used = 1
         top = _start_root(stack, 0, n0, roots_depth)
         while top >= 0:
@@ -966,24 +998,13 @@ def _weighted_class_subtrees(r0, r1, roots_start, roots_end, roots_depth, seeds,
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
-            r_c = np.uint64(rows[c])
-            nl = 0
-            for m in range(n):
-                v = P[np.uint64(o_loc[a + m]) * np.uint64(n_rows) + r_c]
-                go[m] = v > lo and v <= hi
-                nl += go[m]
-            _move(o_loc, a, n, go, nl, tmp_o)
-            _move(w_loc, a, n, go, nl, tmp_w)
-            _move(l_loc, a, n, go, nl, tmp_l)
+            nl = _split_local(P, n_rows, rows[c], lo, hi, o_loc, w_loc, l_loc, a, n, go, tmp_o, tmp_w, tmp_l)
             _record_split(g, rows[c], lo, hi, out[c, best % n_cfg], d, w_node, n_used, row, thr_lo, thr_hi, gain,
                           depth, weight, left)
             top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
             n_used += 2
         used[r] = n_used
-        for m in range(n0):
-            order[a0 + m] = o_loc[m]
-            wts[a0 + m] = w_loc[m]
-            labels[a0 + m] = l_loc[m]
+        _store_root(order, wts, labels, a0, n0, o_loc, w_loc, l_loc)
 
 
 def grow_weighted_one_target_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_depth: int,
@@ -1044,10 +1065,7 @@ def _weighted_one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, s
         base = cap_start[r]
         a0 = roots_start[r]
         n0 = roots_end[r] - a0
-        for m in range(n0):
-            o_loc[m] = order[a0 + m]
-            w_loc[m] = wts[a0 + m]
-            t_loc[m] = targets[a0 + m]
+        _load_root(order, wts, targets, a0, n0, o_loc, w_loc, t_loc)
         n_used = 1
         top = _start_root(stack, 0, n0, roots_depth)
         while top >= 0:
@@ -1098,21 +1116,10 @@ def _weighted_one_target_subtrees(r0, r1, roots_start, roots_end, roots_depth, s
                 continue
             c = best // n_cfg
             lo, hi = _band(cand_thr[c], configs, best % n_cfg)
-            r_c = np.uint64(rows[c])
-            nl = 0
-            for m in range(n):
-                v = P[np.uint64(o_loc[a + m]) * np.uint64(n_rows) + r_c]
-                go[m] = v > lo and v <= hi
-                nl += go[m]
-            _move(o_loc, a, n, go, nl, tmp_o)
-            _move(w_loc, a, n, go, nl, tmp_w)
-            _move(t_loc, a, n, go, nl, tmp_t)
+            nl = _split_local(P, n_rows, rows[c], lo, hi, o_loc, w_loc, t_loc, a, n, go, tmp_o, tmp_w, tmp_t)
             _record_split(g, rows[c], lo, hi, out[c, best % n_cfg], d, w_node, n_used, row, thr_lo, thr_hi, gain,
                           depth, weight, left)
             top = _push_children(stack, top, n_used, a, a + nl, e, d + 1)
             n_used += 2
         used[r] = n_used
-        for m in range(n0):
-            order[a0 + m] = o_loc[m]
-            wts[a0 + m] = w_loc[m]
-            targets[a0 + m] = t_loc[m]
+        _store_root(order, wts, targets, a0, n0, o_loc, w_loc, t_loc)
