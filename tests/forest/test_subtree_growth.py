@@ -77,16 +77,8 @@ def test_subtrees_keep_the_stopping_rules(monkeypatch):
 
 
 def test_subtrees_depend_on_the_seed_only(monkeypatch):
-    """Whatever the threads, the order they take ranges of roots in, or how many roots one call grows."""
     monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64)
-    a = ClassificationForest(n_trees=6, random_state=1, n_jobs=1).fit(X, Y3).forest_
-    b = ClassificationForest(n_trees=6, random_state=1, n_jobs=2).fit(X, Y3).forest_
-    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
-    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)  # a level's subtrees grown a few roots at a time
-    c = ClassificationForest(n_trees=6, random_state=1, n_jobs=2).fit(X, Y3).forest_
-    for x, y in ((a, b), (a, c)):
-        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
-        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+    _assert_the_seed_alone_fixes_the_forest({}, monkeypatch)
 
 
 def test_small_matrices_grow_level_by_level(monkeypatch):
@@ -157,17 +149,7 @@ def test_weighted_class_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_
     leaf = forest.child < 0
     assert forest.depth.max() <= 9 and forest.weight[leaf].min() >= 4
 
-    def make(jobs):
-        return ClassificationForest(n_trees=6, n_thresholds=1, bootstrap=True, random_state=1,
-                                    n_jobs=jobs).fit(X, Y3).forest_
-
-    a, b = make(1), make(2)
-    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
-    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)
-    c = make(2)
-    for x, y in ((a, b), (a, c)):
-        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
-        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+    _assert_the_seed_alone_fixes_the_forest(dict(n_thresholds=1, bootstrap=True), monkeypatch)
 
 
 
@@ -239,17 +221,7 @@ def test_sorted_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_only(mon
     unlimited = _fit_sorted(ClassificationForest, Y3, True, monkeypatch, bootstrap=True).forest_
     assert forest.depth.max() < unlimited.depth.max()
 
-    def make(jobs):
-        return ClassificationForest(n_trees=6, n_thresholds=None, bootstrap=True, random_state=1,
-                                    n_jobs=jobs).fit(X, Y3).forest_
-
-    a, b = make(1), make(2)
-    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
-    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)
-    c = make(2)
-    for x, y in ((a, b), (a, c)):
-        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
-        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
+    _assert_the_seed_alone_fixes_the_forest(dict(n_thresholds=None, bootstrap=True), monkeypatch)
 
 
 @pytest.mark.parametrize("criterion", ["entropy", "gini"])
@@ -293,3 +265,18 @@ def test_a_weight_of_two_grows_what_a_copy_of_the_point_grows(cls, criterion, mo
     copied = cls(**kw).fit(np.concatenate([X[TRAIN], X[twice]]), np.concatenate([y[TRAIN], y[twice]])).forest_
     assert np.array_equal(weighted.child, copied.child) and np.array_equal(weighted.params, copied.params)
     assert np.array_equal(weighted.thr_hi, copied.thr_hi) and np.allclose(weighted.weight, copied.weight)
+
+
+def _assert_the_seed_alone_fixes_the_forest(settings, monkeypatch):
+    """Whatever the threads, the order they take ranges of roots in, or how many roots one call grows."""
+
+    def make(jobs):
+        return ClassificationForest(n_trees=6, random_state=1, n_jobs=jobs, **settings).fit(X, Y3).forest_
+
+    a, b = make(1), make(2)
+    monkeypatch.setattr(subtree_growth, "CHUNKS_PER_THREAD", 1)
+    monkeypatch.setattr(trainer, "SUBTREE_POSITIONS", 50)  # a level's subtrees grown a few roots at a time
+    c = make(2)
+    for x, y in ((a, b), (a, c)):
+        assert np.array_equal(x.child, y.child) and np.array_equal(x.params, y.params)
+        assert np.array_equal(x.thr_hi, y.thr_hi) and np.array_equal(x.gain, y.gain)
