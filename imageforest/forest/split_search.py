@@ -503,17 +503,21 @@ def exhaustive_best_sorted(resp, seg_start, seg_end, rows, wts, criterion, label
     longest = int(np.max(seg_end - seg_start))
     tgt = targets[:, 0] if criterion == SQUARED_ERROR else np.zeros(1)
     resp = np.ascontiguousarray(resp, dtype=np.float32)
-    # Entropy over whole-number weights (unit weights, bootstrap counts): every class and child weight is a whole
-    # number up to the heaviest node's, so x log x comes from a table instead of six logarithms per point
-    xlogx = np.zeros(0)
-    if criterion == ENTROPY:
-        heaviest = _heaviest_whole_segment(wts, seg_start, seg_end)
-        if 0.0 <= heaviest <= XLOGX_TABLE_MAX:
-            xlogx = _xlogx_table(int(heaviest))
+    xlogx = whole_weight_xlogx(wts, seg_start, seg_end) if criterion == ENTROPY else np.zeros(0)
     run_ranges(_sorted_search_blocks, n_work, n_work, resp, resp.view(np.uint32), seg_start, seg_end, rows, wts,
                criterion, labels, tgt,
                max(n_classes, 1), min_samples_leaf, longest, xlogx, gain, threshold, chunks_per_thread=16)
     return gain, threshold
+
+
+def whole_weight_xlogx(wts: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray) -> np.ndarray:
+    """The x log x table entropy scans read (`_xlogx_of`) for the weights `wts` of segments [seg_start, seg_end).
+
+    With whole-number weights (unit weights, bootstrap counts) every class and child weight is a whole number up to
+    the heaviest segment's, so x log x comes from a table of 0, 1, ..., that weight instead of six logarithms per
+    point; other weights, or a segment heavier than XLOGX_TABLE_MAX, get an empty table (logarithms computed)."""
+    heaviest = _heaviest_whole_segment(wts, seg_start, seg_end)
+    return _xlogx_table(int(heaviest)) if 0.0 <= heaviest <= XLOGX_TABLE_MAX else np.zeros(0)
 
 
 @njit(cache=True)

@@ -38,12 +38,10 @@ from imageforest.forest.row_split_search import (
 from imageforest.forest.split_search import (
     RADIX_BITS,
     RADIX_MIN,
-    XLOGX_TABLE_MAX,
-    _heaviest_whole_segment,
     _scan_sorted,
     _sorted_keys,
     _xlogx_of,
-    _xlogx_table,
+    whole_weight_xlogx,
 )
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
@@ -643,13 +641,8 @@ def grow_sorted_subtrees(roots_start: np.ndarray, roots_end: np.ndarray, roots_d
     classes = criterion <= GINI
     lab = labels if classes else np.zeros(1, dtype=np.int64)
     tgt = np.zeros(1) if classes else np.ascontiguousarray(targets[:, 0], dtype=np.float64)
-    # Entropy over whole-number weights reads x log x from a table, as the level-wise search does; a node's weight
-    # is at most its root's.
-    xlogx = np.zeros(0)
-    if criterion == ENTROPY:
-        heaviest = _heaviest_whole_segment(wts, roots_start, roots_end)
-        if 0.0 <= heaviest <= XLOGX_TABLE_MAX:
-            xlogx = _xlogx_table(int(heaviest))
+    # a node's weight is at most its root's
+    xlogx = whole_weight_xlogx(wts, roots_start, roots_end) if criterion == ENTROPY else np.zeros(0)
     run_ranges(_sorted_subtrees, R, roots_start, roots_end, roots_depth, seeds, nodes.cap_start, X, order, wts, lab,
                tgt, criterion, max(n_classes, 1), max_points, rho, min_samples_split, min_samples_leaf,
                float(min_gain), max_depth, xlogx, *nodes.columns(), chunks_per_thread=CHUNKS_PER_THREAD)
@@ -852,12 +845,7 @@ def grow_weighted_class_subtrees(roots_start: np.ndarray, roots_end: np.ndarray,
     R = roots_start.shape[0]
     nodes = SubtreeNodes.allocate(roots_end - roots_start)
     max_points = int((roots_end - roots_start).max()) if R else 1
-    # entropy over whole-number weights reads x log x from a table, as the sorted search does
-    xlogx = np.zeros(0)
-    if not gini:
-        heaviest = _heaviest_whole_segment(wts, roots_start, roots_end)
-        if 0.0 <= heaviest <= XLOGX_TABLE_MAX:
-            xlogx = _xlogx_table(int(heaviest))
+    xlogx = np.zeros(0) if gini else whole_weight_xlogx(wts, roots_start, roots_end)
     run_ranges(_weighted_class_subtrees, R, roots_start, roots_end, roots_depth, seeds, nodes.cap_start,
                P.reshape(-1), P.shape[1], order, wts, pos_labels, n_classes, bool(gini), xlogx, max_points, rho,
                n_thresholds, configs, min_samples_split, min_samples_leaf, float(min_gain), max_depth,
