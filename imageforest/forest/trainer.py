@@ -371,13 +371,11 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
     subtree_points = subtree_growth.SUBTREE_POINTS
     large = rows_matrix is not None and (points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
                                          or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
-    subtrees = (large and per_position and unit_weights and subtree_points > 0
-                and family.sample_draws(rho) is not None and K is not None and K >= 1
-                and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
-    # ... and with weights (bagging's counts, sample weights) but a global loss's
-    weighted_subtrees = (large and per_position and not unit_weights and loss_labels is None and subtree_points > 0
-                         and family.sample_draws(rho) is not None and K is not None and K >= 1
-                         and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
+    binned_subtrees = (large and per_position and subtree_points > 0 and family.sample_draws(rho) is not None
+                       and K is not None and K >= 1 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
+    subtrees = binned_subtrees and unit_weights
+    # ... or with weights (bagging's counts, sample weights) but a global loss's, in kernels of their own
+    weighted_subtrees = binned_subtrees and not unit_weights and loss_labels is None
     # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
     # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
     # change level by level). Small fits too: sorting keeps a level-wise fit's per-level costs however small the

@@ -30,9 +30,16 @@ def small_matrices_too(monkeypatch):
     monkeypatch.setattr(subtree_growth, "SUBTREE_MIN_BYTES", 0)
 
 
-def _fit(cls, y, depth_first, monkeypatch, **settings):
+def _fit(cls, y, depth_first, monkeypatch, sample_weight=None, **settings):
     monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
-    return cls(n_trees=10, random_state=3, **settings).fit(X[TRAIN], y[TRAIN])
+    return cls(n_trees=10, random_state=3, **settings).fit(X[TRAIN], y[TRAIN], sample_weight=sample_weight)
+
+
+def _assert_split_weights_add_up(forest):
+    """A split node weighs what its two children weigh together."""
+    split = np.flatnonzero(forest.child >= 0)
+    left = forest.child[split]
+    assert np.allclose(forest.weight[split], forest.weight[left] + forest.weight[left + 1])
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
@@ -97,17 +104,11 @@ def test_weighted_one_target_subtrees_grow_forests_as_good_as_level_wise_ones(cr
     settings = {"n_thresholds": 1, **settings}
     weights = RNG.uniform(0.5, 2.0, 2000) if settings.pop("weighted", False) else None
     kw = dict(criterion=criterion, n_candidates=1.0, leaf_model="constant", **settings)
-    fits = []
-    for depth_first in (True, False):
-        monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
-        fits.append(RegressionForest(n_trees=10, random_state=3, **kw).fit(X[TRAIN], Y_REG[TRAIN],
-                                                                            sample_weight=weights))
-    deep, level = fits
-    f = deep.forest_
-    f.validate()
-    assert not np.array_equal(f.child, level.forest_.child)
-    split = np.flatnonzero(f.child >= 0)
-    assert np.allclose(f.weight[split], f.weight[f.child[split]] + f.weight[f.child[split] + 1])
+    deep, level = [_fit(RegressionForest, Y_REG, depth_first, monkeypatch, weights, **kw)
+                   for depth_first in (True, False)]
+    deep.forest_.validate()
+    assert not np.array_equal(deep.forest_.child, level.forest_.child)
+    _assert_split_weights_add_up(deep.forest_)
     if criterion == "squared_error" and weights is not None:  # one-point leaves give the training targets back
         assert np.allclose(deep.predict(X[TRAIN]), Y_REG[TRAIN])
     mse_deep = np.mean((deep.predict(X[TEST]) - Y_REG[TEST]) ** 2)
@@ -121,12 +122,8 @@ def test_weighted_class_subtrees_grow_forests_as_good_as_level_wise_ones(setting
     """Bagging's counts and sample weights: K thresholds, weighted class sums, the same stopping rules."""
     settings = {"n_thresholds": 1, **settings}
     weights = RNG.uniform(0.5, 2.0, 2000) if settings.pop("weighted", False) else None
-    fits = []
-    for depth_first in (True, False):
-        monkeypatch.setattr(subtree_growth, "SUBTREE_POINTS", 64 if depth_first else 0)
-        fits.append(ClassificationForest(n_trees=10, random_state=3, **settings).fit(X[TRAIN], Y3[TRAIN],
-                                                                                     sample_weight=weights))
-    deep, level = fits
+    deep, level = [_fit(ClassificationForest, Y3, depth_first, monkeypatch, weights, **settings)
+                   for depth_first in (True, False)]
     deep.forest_.validate()
     assert not np.array_equal(deep.forest_.child, level.forest_.child)  # the subtrees were grown here
     if weights is not None:  # every point in every tree, grown to pure leaves
@@ -135,11 +132,9 @@ def test_weighted_class_subtrees_grow_forests_as_good_as_level_wise_ones(setting
     acc_level = np.mean(level.predict(X[TEST]) == Y3[TEST])
     assert abs(acc_deep - acc_level) < 0.03
     # a node weighs its points: a root the forest's total per tree, a split node its children together
-    f = deep.forest_
     total = weights.sum() if weights is not None else 2000.0
-    assert np.allclose(f.weight[f.tree_root], total)
-    split = np.flatnonzero(f.child >= 0)
-    assert np.allclose(f.weight[split], f.weight[f.child[split]] + f.weight[f.child[split] + 1])
+    assert np.allclose(deep.forest_.weight[deep.forest_.tree_root], total)
+    _assert_split_weights_add_up(deep.forest_)
 
 
 def test_weighted_class_subtrees_keep_the_stopping_rules_and_depend_on_the_seed_only(monkeypatch):
