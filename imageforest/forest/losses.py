@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 LOSSES = ("logit", "exponential", "savage", "tangent", "hinge")
@@ -74,31 +75,18 @@ def _add_segments(order, weights, per_point, seg_start, seg_end, labels, prob, c
                     prob[i, held[h]] += hist[held[h]]
 
 
-@njit(cache=True)
-def loss_weights(order, sample_weight, scale):  # pragma: no cover - numba
+def loss_weights(order: np.ndarray, sample_weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """(n_positions,) sample_weight[order] * scale[order]: the weights a global loss gives the next level."""
     out = np.empty(order.shape[0])
-    for pos in range(order.shape[0]):
-        i = order[pos]
-        out[pos] = sample_weight[i] * scale[i]
+    run_ranges(_loss_weights_range, order.shape[0], order, sample_weight, scale, out, min_per_thread=1 << 16)
     return out
 
 
-@njit(cache=True)
-def _margin_of(prob, count, labels):  # pragma: no cover - numba
-    """(n_points,) margins from the summed posteriors `prob` (n_points, C) of `count` trees per point."""
-    n_points, n_classes = prob.shape
-    margin = np.zeros(n_points)
-    for i in range(n_points):
-        y = labels[i]
-        if count[i] == 0.0 or y < 0:
-            continue
-        other = -np.inf
-        for k in range(n_classes):
-            if k != y and prob[i, k] > other:
-                other = prob[i, k]
-        margin[i] = (prob[i, y] - other) / count[i] if n_classes > 1 else prob[i, y] / count[i]
-    return margin
+@njit(cache=True, nogil=True)
+def _loss_weights_range(p0, p1, order, sample_weight, scale, out):  # pragma: no cover - numba
+    for pos in range(p0, p1):
+        i = order[pos]
+        out[pos] = sample_weight[i] * scale[i]
 
 
 def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
@@ -123,36 +111,96 @@ def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.nd
     _add_segments(np.ascontiguousarray(order), np.ascontiguousarray(base_weights, dtype=np.float64), False,
                   np.ascontiguousarray(seg_start, dtype=np.int64), np.ascontiguousarray(seg_end, dtype=np.int64),
                   labels, prob, count)
-    return _margin_of(prob, count, labels)
+    margin = np.empty(int(n_points))
+    _group_margins(0, margin.size, prob[None], count[None], labels, margin)
+    return margin
+
+
+# The frontier's trees are summed in this many groups (fewer when the groups' sums would pass the budget), each on
+# its own sums, whatever the thread count: a seed then fixes the margins' bits on any machine.
+MARGIN_GROUPS = 4
+MARGIN_GROUP_BYTES = 1 << 29
 
 
 class GrowingMargins:
     """`forest_margins` of a forest grown level by level, without summing the finished leaves again every level.
 
     A finished leaf's posterior and its points do not change while the forest grows deeper, so each leaf is added
-    once, when it is made, to sums kept from level to level; a level adds only its frontier nodes to a copy of them.
-    Points sum their trees' posteriors in the order the leaves were made, then the frontier's (the same order on
-    any thread count).
+    once, when it is made, to sums kept from level to level. A level adds its frontier nodes tree group by tree
+    group (`MARGIN_GROUPS`), each group into sums of its own on whichever thread is free, and a point's margin
+    adds its groups' sums in group order (the same bits on any thread count).
     """
 
-    def __init__(self, labels: np.ndarray, n_classes: int, n_points: int) -> None:
+    def __init__(self, labels: np.ndarray, n_classes: int, n_points: int, n_trees: int) -> None:
         self.labels = np.ascontiguousarray(labels, dtype=np.int32)
         self.prob = np.zeros((int(n_points), int(n_classes)))
         self.count = np.zeros(int(n_points))
         self.n_leaves = 0
+        room = MARGIN_GROUP_BYTES // max(1, 8 * (int(n_classes) + 1) * int(n_points))
+        groups = int(np.clip(room, 1, min(MARGIN_GROUPS, int(n_trees))))
+        self.group_prob = np.empty((groups, int(n_points), int(n_classes)))
+        self.group_count = np.empty((groups, int(n_points)))
+        # tree t's frontier nodes go to group t * groups // n_trees
+        self.group_tree = (np.arange(groups + 1) * int(n_trees) + groups - 1) // groups
 
     def margins(self, order: np.ndarray, sample_weight: np.ndarray, leaf_start: np.ndarray, leaf_end: np.ndarray,
-                front_start: np.ndarray, front_end: np.ndarray) -> np.ndarray:
+                front_start: np.ndarray, front_end: np.ndarray, front_tree: np.ndarray) -> np.ndarray:
         """(n_points,) margins with the finished leaves `leaf_start/leaf_end` (the leaves of earlier calls first, in
-        the same order) and the frontier nodes `front_start/front_end` (segments of `order`); `sample_weight`
-        (n_points,) weighs the points in the class histograms."""
+        the same order) and the frontier nodes `front_start/front_end` (segments of `order`) of trees `front_tree`
+        (ascending); `sample_weight` (n_points,) weighs the points in the class histograms."""
         order = np.ascontiguousarray(order)
         weights = np.ascontiguousarray(sample_weight, dtype=np.float64)
         new = slice(self.n_leaves, len(leaf_start))
         _add_segments(order, weights, True, np.ascontiguousarray(leaf_start[new], dtype=np.int64),
                       np.ascontiguousarray(leaf_end[new], dtype=np.int64), self.labels, self.prob, self.count)
         self.n_leaves = len(leaf_start)
-        prob, count = self.prob.copy(), self.count.copy()
-        _add_segments(order, weights, True, np.ascontiguousarray(front_start, dtype=np.int64),
-                      np.ascontiguousarray(front_end, dtype=np.int64), self.labels, prob, count)
-        return _margin_of(prob, count, self.labels)
+        group_first = np.searchsorted(np.asarray(front_tree), self.group_tree).astype(np.int64)
+        run_ranges(_add_groups, self.group_prob.shape[0], group_first, order, weights,
+                   np.ascontiguousarray(front_start, dtype=np.int64), np.ascontiguousarray(front_end, dtype=np.int64),
+                   self.labels, self.prob, self.count, self.group_prob, self.group_count)
+        margin = np.empty(self.prob.shape[0])
+        run_ranges(_group_margins, margin.size, self.group_prob, self.group_count, self.labels, margin,
+                   min_per_thread=4096)
+        return margin
+
+
+@njit(cache=True, nogil=True)
+def _add_groups(g0, g1, group_first, order, weights, f_start, f_end, labels, prob, count, group_prob,
+                group_count):  # pragma: no cover - numba
+    """Groups g0..g1: group g's frontier nodes group_first[g]..group_first[g + 1] added onto the finished leaves'
+    sums (group 0) or onto zeros (the others)."""
+    for g in range(g0, g1):
+        if g == 0:
+            group_prob[0, :, :] = prob
+            group_count[0, :] = count
+        else:
+            group_prob[g, :, :] = 0.0
+            group_count[g, :] = 0.0
+        s0 = group_first[g]
+        s1 = group_first[g + 1]
+        _add_segments(order, weights, True, f_start[s0:s1], f_end[s0:s1], labels, group_prob[g], group_count[g])
+
+
+@njit(cache=True, nogil=True)
+def _group_margins(i0, i1, group_prob, group_count, labels, margin):  # pragma: no cover - numba
+    """Margins of points i0..i1 from their groups' summed posteriors group_prob[:, i] (n_groups, C) of
+    group_count[:, i] trees, added in group order: m = (p(y) - max over k != y of p(k)) / trees; 0 in no tree."""
+    n_groups, _, n_classes = group_prob.shape
+    acc = np.empty(n_classes)
+    for i in range(i0, i1):
+        c = group_count[0, i]
+        for k in range(n_classes):
+            acc[k] = group_prob[0, i, k]
+        for g in range(1, n_groups):
+            c += group_count[g, i]
+            for k in range(n_classes):
+                acc[k] += group_prob[g, i, k]
+        y = labels[i]
+        if c == 0.0 or y < 0:
+            margin[i] = 0.0
+            continue
+        other = -np.inf
+        for k in range(n_classes):
+            if k != y and acc[k] > other:
+                other = acc[k]
+        margin[i] = (acc[y] - other) / c if n_classes > 1 else acc[y] / c

@@ -334,7 +334,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         if not labelled:
             raise ValueError("a global loss needs a classification objective (the margins are of class labels)")
         loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
-        growing_margins = GrowingMargins(loss_labels, loss_classes, n_points)
+        growing_margins = GrowingMargins(loss_labels, loss_classes, n_points, T)
     rows_matrix, per_position, unit_weights = None, False, False
     if (fused_search_applies(K, settings.structure, settings.threshold_sampling) and lifted is None
             and choose is None):
@@ -405,7 +405,8 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         if loss_labels is not None and depth > 0:
             # Alternating decision forests: the forest grown so far weighs the points for the next level.
             done = leaf_table.head(leaf_count)
-            margin = growing_margins.margins(order, sample_weight, done["start"], done["end"], f_start, f_end)
+            margin = growing_margins.margins(order, sample_weight, done["start"], done["end"], f_start, f_end,
+                                             f_tree)
             grad = loss_gradient(settings.loss, margin)
             wts = loss_weights(order, sample_weight, grad / max(float(np.mean(grad)), 1e-300))
         crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats

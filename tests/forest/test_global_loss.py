@@ -47,7 +47,7 @@ def test_growing_margins_add_finished_leaves_once_and_match_a_full_recount():
     labels[5] = -1  # unlabelled: no histogram entry, margin 0
     order = np.concatenate([rng.permutation(n) for _ in range(T)])
     point_weight = rng.random(n) + 0.5
-    growing = GrowingMargins(labels, 3, n)
+    growing = GrowingMargins(labels, 3, n, T)
     # three levels: segment ends per level (every tree's 60 positions cut finer); leaves finish as they go
     cuts = [[0, 60, 120, 180], [0, 30, 60, 90, 120, 150, 180], [0, 10, 30, 45, 60, 75, 90, 100, 120, 140, 150, 180]]
     finished: list[tuple[int, int]] = []
@@ -59,7 +59,8 @@ def test_growing_margins_add_finished_leaves_once_and_match_a_full_recount():
         front = [seg for seg in segments if seg not in finished]
         leaves = np.array(finished, dtype=np.int64).reshape(-1, 2)
         fronts = np.array(front, dtype=np.int64).reshape(-1, 2)
-        got = growing.margins(order, point_weight, leaves[:, 0], leaves[:, 1], fronts[:, 0], fronts[:, 1])
+        got = growing.margins(order, point_weight, leaves[:, 0], leaves[:, 1], fronts[:, 0], fronts[:, 1],
+                              fronts[:, 0] // n)
         both = np.r_[fronts, leaves]
         full = forest_margins(order, point_weight[order], both[:, 0], both[:, 1], labels, 3, n)
         assert np.allclose(got, full, atol=1e-12)
