@@ -64,8 +64,8 @@ class Camera:
 
 
 def check_depth(depth, what: str = "depth map") -> np.ndarray:
-    """A depth map as (height, width) float32 mm; refuses colour images, non-finite or negative values, and maps
-    where every pixel is background.
+    """A depth map as (height, width) float32 mm (the array itself when it is float32 already); refuses colour
+    images, non-finite or negative values, and maps where every pixel is background.
 
     Raises
     ------
@@ -81,7 +81,7 @@ def check_depth(depth, what: str = "depth map") -> np.ndarray:
         raise InvalidInputError(f"{what}: depth must be numbers (mm), got {arr.dtype}")
     if min(arr.shape) < 8:
         raise InvalidInputError(f"{what}: {arr.shape[1]} x {arr.shape[0]} pixels is too small for a depth map")
-    out = arr.astype(np.float32)
+    out = arr.astype(np.float32, copy=False)  # a float32 map is checked as it is, not copied
     if not np.all(np.isfinite(out)):
         raise InvalidInputError(f"{what}: depth holds NaN or infinite values; use 0 for missing pixels")
     if np.any(out < 0):

@@ -52,6 +52,17 @@ class BodyParts:
     timing_s: dict[str, float] = field(default_factory=dict)
 
 
+def stack_depths(depths: list[np.ndarray]) -> ImageStack:
+    """Depth maps (height, width) mm, each checked (`check_depth`), in one float32 `ImageStack` for training.
+
+    Raises
+    ------
+    InvalidInputError
+        A map that is not a depth map, or none given.
+    """
+    return DepthProbes().prepare([check_depth(d, f"depth map {k}") for k, d in enumerate(depths)])
+
+
 class BodyPartsForest(ImageClassificationForest):
     """Body (or hand) parts from a depth map, every pixel, with joint proposals.
 
@@ -101,14 +112,16 @@ class BodyPartsForest(ImageClassificationForest):
     def _family(self) -> DepthProbes:
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
 
-    def fit_parts(self, depths: list[np.ndarray], points: np.ndarray, labels: np.ndarray, part_names: list[str],
+    def fit_parts(self, depths: list[np.ndarray] | ImageStack, points: np.ndarray, labels: np.ndarray,
+                  part_names: list[str],
                   focal_px: float, joint_parts: dict[str, list[int]] | None = None,
                   push_mm: dict[str, float] | None = None) -> BodyPartsForest:
         """Grow on labelled pixels of depth maps.
 
         Parameters
         ----------
-        depths : depth maps (height, width) mm, 0 = background
+        depths : depth maps (height, width) mm, 0 = background; or their `ImageStack` (`stack_depths`), which
+            holds every map once however many are trained on
         points : (n, 3) int (map index, y, x) of the training pixels
         labels : (n,) part numbers 1..K
         part_names : K names (part k + 1 first)
@@ -123,7 +136,11 @@ class BodyPartsForest(ImageClassificationForest):
             raise InvalidInputError(f"part numbers must be 1..{len(part_names)}")
         if not (np.isfinite(focal_px) and focal_px > 0):
             raise InvalidInputError(f"the focal length must be positive, got {focal_px}")
-        self.fit([check_depth(d, f"depth map {k}") for k, d in enumerate(depths)], points, labels)
+        if not isinstance(depths, ImageStack):
+            depths = stack_depths(depths)
+        elif not (np.all(np.isfinite(depths.table)) and np.all(depths.table >= 0)):
+            raise InvalidInputError("depth holds NaN, infinite or negative values; use 0 for missing pixels")
+        self.fit(depths, points, labels)
         self.part_names_ = list(part_names)
         self.focal_px_ = float(focal_px)
         self.joint_parts_ = (dict(joint_parts) if joint_parts is not None

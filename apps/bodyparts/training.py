@@ -16,7 +16,7 @@ import numpy as np
 
 from imageforest.apps.bodyparts.datasets import DataSet, open_dataset
 from imageforest.apps.bodyparts.joints import propose_joints, true_part_posteriors
-from imageforest.apps.bodyparts.model import BodyPartsForest
+from imageforest.apps.bodyparts.model import BodyPartsForest, stack_depths
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.features import DepthProbes, reading_box
 
@@ -107,7 +107,9 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
                              smoothing_mm=0.05 * reach_m * 1000.0, random_state=random_state, n_jobs=n_jobs)
     joint_parts = data.joint_parts()
     t1 = time.perf_counter()
-    forest.fit_parts(depths, pts, labs, data.part_names, focal, joint_parts)
+    stack = stack_depths(depths)
+    del depths  # the stack holds every map once from here on
+    forest.fit_parts(stack, pts, labs, data.part_names, focal, joint_parts)
     t_fit = time.perf_counter() - t1
     if joint_parts is not None and data.layout == "rendered":
         forest.push_mm_ = learn_push(data, samples[:200], joint_parts, float(forest.bandwidth_mm),

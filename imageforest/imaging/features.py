@@ -451,7 +451,8 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
     """Each map cut to `reading_box` of its readings and its points, as float32 when that is exact.
 
     Probes read `background` outside a map and on its zeros alike, so the cut changes no response; it shrinks what
-    training reads by 4-10x (a body fills a fraction of its frame), and float32 halves it again.
+    training reads by 4-10x (a body fills a fraction of its frame), and float32 halves it again. A float32 stack
+    whose maps are cut already is returned as it is.
 
     Returns
     -------
@@ -466,6 +467,15 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
     if exact.dtype != np.float32:  # `prepare` already stores maps read as 16-bit or float32 in float32
         as32 = exact.astype(np.float32)
         exact = as32 if np.array_equal(as32, exact) else exact
+    boxes = []
+    for k in range(n):
+        ny, nx = int(stack.shape[k, 1]), int(stack.shape[k, 2])
+        depth = exact[stack.base[k, 0]: stack.base[k, 0] + ny * nx].reshape(ny, nx)
+        boxes.append(reading_box(depth, points[by_map[bounds[k]:bounds[k + 1]], 2:4]))
+    if exact is stack.table and all(box == (0, int(stack.shape[k, 1]), 0, int(stack.shape[k, 2]))
+                                    for k, box in enumerate(boxes)):
+        # maps cut already (as training reads them): the stack as it is, no second copy of every map
+        return stack, np.ascontiguousarray(points, np.int32)
     pieces, bases, shapes = [], np.zeros((n, 1), np.int64), np.zeros((n, 3), np.int64)
     moved = points.copy()
     offset = 0
@@ -473,7 +483,7 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
         ny, nx = int(stack.shape[k, 1]), int(stack.shape[k, 2])
         depth = exact[stack.base[k, 0]: stack.base[k, 0] + ny * nx].reshape(ny, nx)
         mine = by_map[bounds[k]:bounds[k + 1]]
-        y0, y1, x0, x1 = reading_box(depth, points[mine, 2:4])
+        y0, y1, x0, x1 = boxes[k]
         cut = np.ascontiguousarray(depth[y0:y1, x0:x1]).ravel()
         pieces.append(cut)
         bases[k, 0] = offset
@@ -554,8 +564,13 @@ class DepthProbes(FeatureFamily):
         self.offset_scale = float(offset_scale)
 
     def prepare(self, images, channels=None) -> ImageStack:
-        # depth in mm as 16-bit integers or float32 (a frame as read): float32 tables, the same values read
-        stack = ImageStack.from_images(images, integral=False, exact_float32=True)
+        if isinstance(images, ImageStack):  # stacked by the caller (a large training set held once)
+            if images.integral or images.n_channels != 1:
+                raise InvalidInputError("depth probes read a stack of raw depth maps, one channel each")
+            stack = images
+        else:
+            # depth in mm as 16-bit integers or float32 (a frame as read): float32 tables, the same values read
+            stack = ImageStack.from_images(images, integral=False, exact_float32=True)
         if np.any(stack.shape[:, 0] != 1):
             raise InvalidInputError("depth probes read 2-D depth maps")
         return stack

@@ -91,3 +91,35 @@ def test_a_seed_fixes_the_model_bytes_whatever_the_thread_count(renders, tmp_pat
         model.save(tmp_path / f"m{threads}.npz")
         files.append((tmp_path / f"m{threads}.npz").read_bytes())
     assert files[0] == files[1]
+
+
+def test_a_stack_of_cut_maps_is_held_once_and_grows_the_forest_the_maps_grow(renders):
+    from imageforest.apps.bodyparts.model import stack_depths
+    from imageforest.imaging.features import cropped_depth_stack, reading_box
+
+    data = open_dataset(renders)
+    depths, points, labels = [], [], []
+    for k, sample in enumerate(data.samples[:6]):
+        depth, lab = data.load(sample)
+        y0, y1, x0, x1 = reading_box(depth, np.argwhere(lab > 0))
+        depth, lab = depth[y0:y1, x0:x1].copy(), lab[y0:y1, x0:x1]
+        yx = np.argwhere(lab > 0)[::7]
+        depths.append(depth)
+        points.append(np.c_[np.full(len(yx), k), yx])
+        labels.append(lab[yx[:, 0], yx[:, 1]])
+    points, labels = np.concatenate(points), np.concatenate(labels)
+    stack = stack_depths(depths)
+    # maps cut to their readings already: training reads the stack itself, not a second copy
+    cut, moved = cropped_depth_stack(stack, np.c_[points[:, :1], np.zeros((len(points), 1), int), points[:, 1:]])
+    assert cut is stack and np.array_equal(moved[:, 2:], points[:, 1:])
+
+    def fit(maps):
+        model = BodyPartsForest(n_trees=2, max_depth=8, n_candidates=20, random_state=1)
+        return model.fit_parts(maps, points, labels, data.part_names, 285.0)
+
+    from_list, from_stack = fit(depths), fit(stack)
+    for name, array in from_list.forest_.to_arrays().items():
+        assert np.array_equal(array, from_stack.forest_.to_arrays()[name]), name
+    stack.table[3] = np.nan
+    with pytest.raises(InvalidInputError, match="NaN"):
+        fit(stack)
