@@ -24,6 +24,7 @@ _LAZY = {
     "parse_depth_file": "imageforest.apps.bodyparts.api",
     "propose_joints": "imageforest.apps.bodyparts.joints",
     "read_depth": "imageforest.apps.bodyparts.depth",
+    "stack_depths": "imageforest.apps.bodyparts.model",
     "train_bodyparts": "imageforest.apps.bodyparts.training",
 }
 

@@ -94,7 +94,7 @@ def test_a_seed_fixes_the_model_bytes_whatever_the_thread_count(renders, tmp_pat
 
 
 def test_a_stack_of_cut_maps_is_held_once_and_grows_the_forest_the_maps_grow(renders):
-    from imageforest.apps.bodyparts.model import stack_depths
+    from imageforest.apps.bodyparts import stack_depths
     from imageforest.imaging.features import cropped_depth_stack, reading_box
 
     data = open_dataset(renders)
