@@ -113,8 +113,7 @@ class BodyPartsForest(ImageClassificationForest):
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
 
     def fit_parts(self, depths: list[np.ndarray] | ImageStack, points: np.ndarray, labels: np.ndarray,
-                  part_names: list[str],
-                  focal_px: float, joint_parts: dict[str, list[int]] | None = None,
+                  part_names: list[str], focal_px: float, joint_parts: dict[str, list[int]] | None = None,
                   push_mm: dict[str, float] | None = None) -> BodyPartsForest:
         """Grow on labelled pixels of depth maps.
 
