@@ -65,30 +65,79 @@ def _grid_cells(points, weights, cell):  # pragma: no cover - numba
     return out_p[:m], out_w[:m]
 
 
+# Mean shift reads the cells of the 27 buckets (cubes of 3 bandwidths, the kernel's reach) around each estimate:
+# the cost then follows the body's local density, not its whole extent (a frame whose background is not removed
+# spreads its points over metres).
+KERNEL_REACH = 3.0
+
+
+@njit(cache=True)
+def _bucket_cells(points, side):  # pragma: no cover - numba
+    """Cells sorted by the cube of side `side` that holds them: (order, sorted keys, key strides, bucket origin).
+
+    A bucket (bx, by, bz), counted from the origin, has the key (bx * ny + by) * nz + bz, so the three buckets
+    along z of one (bx, by) column are one run of keys.
+    """
+    n = points.shape[0]
+    lo = np.empty(3, dtype=np.int64)
+    span = np.empty(3, dtype=np.int64)
+    for a in range(3):
+        b0 = np.int64(np.floor(points[:, a].min() / side))
+        b1 = np.int64(np.floor(points[:, a].max() / side))
+        lo[a] = b0 - 1  # a margin bucket each side, so that neighbours of any cell's bucket stay in range
+        span[a] = b1 - b0 + 3
+    keys = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        bx = np.int64(np.floor(points[i, 0] / side)) - lo[0]
+        by = np.int64(np.floor(points[i, 1] / side)) - lo[1]
+        bz = np.int64(np.floor(points[i, 2] / side)) - lo[2]
+        keys[i] = (bx * span[1] + by) * span[2] + bz
+    order = np.argsort(keys, kind="mergesort")
+    return order, keys[order], span, lo
+
+
 @njit(cache=True, parallel=True)
 def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cover - numba
     """Mean shift of every seed to its mode in the density of weighted `points` (Gaussian kernel of width
-    `bandwidth`): (n_seeds, 3) modes."""
+    `bandwidth`, cut at `KERNEL_REACH` widths): (n_seeds, 3) modes."""
     n_seeds = seeds.shape[0]
-    n = points.shape[0]
     modes = seeds.copy()
+    if points.shape[0] == 0:
+        return modes
+    side = KERNEL_REACH * bandwidth
+    order, keys, span, lo = _bucket_cells(points, side)
+    pts = points[order]
+    wts = weights[order]
     inv = 1.0 / (bandwidth * bandwidth)
+    reach2 = KERNEL_REACH * KERNEL_REACH
     tol = (1e-3 * bandwidth) ** 2
     for s in prange(n_seeds):
         x0, x1, x2 = modes[s, 0], modes[s, 1], modes[s, 2]
         for _ in range(max_iter):
             a0 = a1 = a2 = tot = 0.0
-            for i in range(n):
-                d0 = points[i, 0] - x0
-                d1 = points[i, 1] - x1
-                d2 = points[i, 2] - x2
-                q = (d0 * d0 + d1 * d1 + d2 * d2) * inv
-                if q < 9.0:  # beyond 3 bandwidths the kernel is under 1e-4
-                    k = weights[i] * np.exp(-q)
-                    a0 += k * points[i, 0]
-                    a1 += k * points[i, 1]
-                    a2 += k * points[i, 2]
-                    tot += k
+            bx = np.int64(np.floor(x0 / side)) - lo[0]
+            by = np.int64(np.floor(x1 / side)) - lo[1]
+            bz = np.int64(np.floor(x2 / side)) - lo[2]
+            for cx in range(max(bx - 1, 0), min(bx + 2, span[0])):
+                for cy in range(max(by - 1, 0), min(by + 2, span[1])):
+                    z0 = max(bz - 1, 0)
+                    z1 = min(bz + 1, span[2] - 1)
+                    if z0 > z1:
+                        continue
+                    first = (cx * span[1] + cy) * span[2]
+                    r0 = np.searchsorted(keys, first + z0)
+                    r1 = np.searchsorted(keys, first + z1, side="right")
+                    for i in range(r0, r1):
+                        d0 = pts[i, 0] - x0
+                        d1 = pts[i, 1] - x1
+                        d2 = pts[i, 2] - x2
+                        q = (d0 * d0 + d1 * d1 + d2 * d2) * inv
+                        if q < reach2:  # beyond 3 bandwidths the kernel is under 1e-4
+                            k = wts[i] * np.exp(-q)
+                            a0 += k * pts[i, 0]
+                            a1 += k * pts[i, 1]
+                            a2 += k * pts[i, 2]
+                            tot += k
             if tot <= 0.0:
                 break
             n0, n1, n2 = a0 / tot, a1 / tot, a2 / tot

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.apps.bodyparts.depth import Camera
-from imageforest.apps.bodyparts.joints import joint_modes, propose_joints, smooth_posteriors, true_part_posteriors
+from imageforest.apps.bodyparts.joints import (
+    _mean_shift,
+    joint_modes,
+    propose_joints,
+    smooth_posteriors,
+    true_part_posteriors,
+)
 
 
 def test_modes_of_two_clusters_ranked_by_weight():
@@ -17,6 +23,42 @@ def test_modes_of_two_clusters_ranked_by_weight():
     assert np.linalg.norm(modes[0] - [0, 0, 2000]) < 10 and np.linalg.norm(modes[1] - [400, 0, 2500]) < 10
     assert weights[0] == 300 and weights[1] == 100
     assert len(joint_modes(np.zeros((0, 3)), np.zeros(0), 65.0, 5)[0]) == 0
+
+
+def _brute_force_mean_shift(seeds, points, weights, bandwidth, max_iter):
+    """Every point read at every step (the kernel cut at 3 bandwidths, as the library's)."""
+    modes = seeds.copy()
+    for s in range(len(seeds)):
+        x = modes[s]
+        for _ in range(max_iter):
+            q = ((points - x) ** 2).sum(axis=1) / bandwidth**2
+            k = np.where(q < 9.0, weights * np.exp(-q), 0.0)
+            if k.sum() <= 0.0:
+                break
+            new = (k[:, None] * points).sum(axis=0) / k.sum()
+            step = ((new - x) ** 2).sum()
+            x = new
+            if step < (1e-3 * bandwidth) ** 2:
+                break
+        modes[s] = x
+    return modes
+
+
+def test_mean_shift_reads_only_nearby_cells_and_finds_the_same_modes():
+    # points spread over metres (a map whose background was not removed): the bucketed search must climb to
+    # the modes that reading every point finds
+    rng = np.random.default_rng(1)
+    points = np.r_[rng.uniform([-1500, -1000, 1000], [1500, 1000, 4000], (3000, 3)),
+                   rng.normal([200, -100, 2500], 40, (500, 3)), rng.normal([-900, 600, 1200], 30, (300, 3))]
+    weights = rng.uniform(0.5, 2.0, len(points))
+    seeds = points[rng.choice(len(points), 60, replace=False)]
+    got = _mean_shift(seeds, points, weights, 65.0, 30)
+    want = _brute_force_mean_shift(seeds, points, weights, 65.0, 30)
+    assert np.allclose(got, want, rtol=0, atol=1e-6)
+    # a seed out of every point's reach (outside the bucket grid too) stays where it is
+    far = np.array([[5000.0, 5000.0, 9000.0], [200.0, -100.0, 2450.0]])
+    got = _mean_shift(far, points, weights, 65.0, 30)
+    assert np.array_equal(got[0], far[0]) and np.linalg.norm(got[1] - [200, -100, 2500]) < 15
 
 
 def test_proposals_from_part_maps_are_pushed_along_the_ray():
