@@ -65,35 +65,52 @@ def _grid_cells(points, weights, cell):  # pragma: no cover - numba
     return out_p[:m], out_w[:m]
 
 
-# Mean shift reads the cells of the 27 buckets (cubes of 3 bandwidths, the kernel's reach) around each estimate:
-# the cost then follows the body's local density, not its whole extent (a frame whose background is not removed
-# spreads its points over metres).
+# Mean shift reads the cells of the 27 buckets (cubes of at least 3 bandwidths, the kernel's reach) around each
+# estimate: the cost then follows the body's local density, not its whole extent (a frame whose background is not
+# removed spreads its points over metres).
 KERNEL_REACH = 3.0
+MAX_BUCKETS = 1 << 20
 
 
 @njit(cache=True)
-def _bucket_cells(points, side):  # pragma: no cover - numba
-    """Cells sorted by the cube of side `side` that holds them: (order, sorted keys, key strides, bucket origin).
+def _bucket_cells(points, reach):  # pragma: no cover - numba
+    """Cells sorted by the cube that holds them (side `reach` or more, so that at most `MAX_BUCKETS` cubes span
+    the cells): (order, first, span, lo, side).
 
-    A bucket (bx, by, bz), counted from the origin, has the key (bx * ny + by) * nz + bz, so the three buckets
-    along z of one (bx, by) column are one run of keys.
+    Bucket (bx, by, bz), counted from `lo`, has the index (bx * ny + by) * nz + bz, so the buckets along z of one
+    (bx, by) column are one run; its cells are order[first[b]:first[b + 1]]. A margin bucket on each side keeps
+    the neighbours of every cell's bucket in range.
     """
     n = points.shape[0]
-    lo = np.empty(3, dtype=np.int64)
-    span = np.empty(3, dtype=np.int64)
-    for a in range(3):
-        b0 = np.int64(np.floor(points[:, a].min() / side))
-        b1 = np.int64(np.floor(points[:, a].max() / side))
-        lo[a] = b0 - 1  # a margin bucket each side, so that neighbours of any cell's bucket stay in range
-        span[a] = b1 - b0 + 3
-    keys = np.empty(n, dtype=np.int64)
+    side = reach
+    while True:
+        lo = np.empty(3, dtype=np.int64)
+        span = np.empty(3, dtype=np.int64)
+        for a in range(3):
+            b0 = np.int64(np.floor(points[:, a].min() / side))
+            b1 = np.int64(np.floor(points[:, a].max() / side))
+            lo[a] = b0 - 1
+            span[a] = b1 - b0 + 3
+        if span[0] * span[1] * span[2] <= MAX_BUCKETS:
+            break
+        side *= 2.0  # wider cubes: still every cell within reach among the 27
+    n_buckets = span[0] * span[1] * span[2]
+    bucket = np.empty(n, dtype=np.int64)
+    first = np.zeros(n_buckets + 1, dtype=np.int64)
     for i in range(n):
         bx = np.int64(np.floor(points[i, 0] / side)) - lo[0]
         by = np.int64(np.floor(points[i, 1] / side)) - lo[1]
         bz = np.int64(np.floor(points[i, 2] / side)) - lo[2]
-        keys[i] = (bx * span[1] + by) * span[2] + bz
-    order = np.argsort(keys, kind="mergesort")
-    return order, keys[order], span, lo
+        bucket[i] = (bx * span[1] + by) * span[2] + bz
+        first[bucket[i] + 1] += 1
+    for b in range(n_buckets):
+        first[b + 1] += first[b]
+    order = np.empty(n, dtype=np.int64)
+    fill = first[:-1].copy()
+    for i in range(n):  # a counting sort: cells keep their order within a bucket
+        order[fill[bucket[i]]] = i
+        fill[bucket[i]] += 1
+    return order, first, span, lo, side
 
 
 @njit(cache=True, parallel=True)
@@ -104,8 +121,7 @@ def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cove
     modes = seeds.copy()
     if points.shape[0] == 0:
         return modes
-    side = KERNEL_REACH * bandwidth
-    order, keys, span, lo = _bucket_cells(points, side)
+    order, first, span, lo, side = _bucket_cells(points, KERNEL_REACH * bandwidth)
     pts = points[order]
     wts = weights[order]
     inv = 1.0 / (bandwidth * bandwidth)
@@ -118,16 +134,14 @@ def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cove
             bx = np.int64(np.floor(x0 / side)) - lo[0]
             by = np.int64(np.floor(x1 / side)) - lo[1]
             bz = np.int64(np.floor(x2 / side)) - lo[2]
+            z0 = max(bz - 1, 0)
+            z1 = min(bz + 1, span[2] - 1)
             for cx in range(max(bx - 1, 0), min(bx + 2, span[0])):
                 for cy in range(max(by - 1, 0), min(by + 2, span[1])):
-                    z0 = max(bz - 1, 0)
-                    z1 = min(bz + 1, span[2] - 1)
                     if z0 > z1:
                         continue
-                    first = (cx * span[1] + cy) * span[2]
-                    r0 = np.searchsorted(keys, first + z0)
-                    r1 = np.searchsorted(keys, first + z1, side="right")
-                    for i in range(r0, r1):
+                    column = (cx * span[1] + cy) * span[2]
+                    for i in range(first[column + z0], first[column + z1 + 1]):
                         d0 = pts[i, 0] - x0
                         d1 = pts[i, 1] - x1
                         d2 = pts[i, 2] - x2
