@@ -167,6 +167,28 @@ def _axis_table_range(j0, j1, child, pos, params, thr_lo, thr_hi, table, as_floa
         as_float[p, 3] = thr_hi[j]
 
 
+def _compact_table_kernel(child, pos, params, thr_lo, thr_hi, width):
+    """Rows [right, thr_lo bits, thr_hi bits, params as float32..., 0 padding] (`width` int32 words) at preorder
+    positions (see `ForestArrays.packed_compact`)."""
+    table = np.zeros((child.shape[0], width), dtype=np.int32)
+    run_ranges(_compact_table_range, child.shape[0], child, pos, params, thr_lo, thr_hi, table,
+               table.view(np.float32))
+    return table
+
+
+@njit(cache=True, nogil=True)
+def _compact_table_range(j0, j1, child, pos, params, thr_lo, thr_hi, table, as_float):  # pragma: no cover - numba
+    n_params = params.shape[1]
+    for j in range(j0, j1):
+        p = pos[j]
+        c = child[j]
+        table[p, 0] = pos[c + 1] if c >= 0 else c
+        as_float[p, 1] = thr_lo[j]
+        as_float[p, 2] = thr_hi[j]
+        for k in range(n_params):
+            as_float[p, 3 + k] = np.float32(params[j, k])
+
+
 @dataclass
 class ForestArrays:
     """Flat storage of T trees.
@@ -261,6 +283,29 @@ class ForestArrays:
             # should anything else ask for them; its leaf list lives on as `leaf_node` after a fit's renumbering)
             self.__dict__.pop("_preorder", None)
         return cached
+
+    def packed_compact(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Compact traversal table for tests whose parameters are float32 numbers: ((n_nodes, W) int32, (T,) int32),
+        or None when some parameter is not.
+
+        Rows are ``[right, thr_lo bits, thr_hi bits, params...]`` (the thresholds and parameters as float32 bit
+        patterns, read through a float32 view), padded to W = 8 or a multiple of 8 words, in the depth-first
+        layout of `packed`: a split node's left child is the next row; ``right = -leaf_id - 1`` at leaves. Half the
+        bytes of `packed` for four parameters (two nodes per cache line), with the same values. Derived, never
+        saved.
+        """
+        cached = self.__dict__.get("_packed_compact")
+        if cached is None:
+            exact = np.array_equal(self.params.astype(np.float32).astype(np.float64), self.params)
+            if exact:
+                width = -(-(3 + self.params.shape[1]) // 8) * 8
+                pos = self._preorder_positions()
+                table = _compact_table_kernel(self.child, pos, self.params, self.thr_lo, self.thr_hi, width)
+                cached = (table, pos[self.tree_root].astype(np.int32))
+            else:
+                cached = False
+            self.__dict__["_packed_compact"] = cached
+        return cached or None
 
     def _preorder_positions(self) -> np.ndarray:
         """Depth-first (preorder) position of every node, trees one after another: (n_nodes,) int32."""

@@ -532,6 +532,42 @@ def _probe_apply(table, base, shape, points, packed, tree_root, background, back
     return out
 
 
+@njit(cache=True, parallel=True)
+def _probe_apply_compact(table, base, shape, points, nodes, as_float, tree_root, background, background_leaf,
+                         scale):  # pragma: no cover - numba
+    """`_probe_apply` over `ForestArrays.packed_compact` rows (32 bytes a node, the left child next): the same
+    arithmetic on the same values (float32 offsets and thresholds widened exactly), so the same leaves."""
+    n = points.shape[0]
+    n_trees = tree_root.shape[0]
+    out = np.empty((n, n_trees), dtype=np.int32)
+    for t in range(n_trees):
+        root = tree_root[t]
+        for i in prange(n):
+            img = points[i, 0]
+            ny = shape[img, 1]
+            nx = shape[img, 2]
+            b = base[img, 0] + points[i, 1] * ny * nx
+            y = points[i, 2]
+            x = points[i, 3]
+            d = _depth_at(table, b, ny, nx, y, x, background)
+            if d == background and background_leaf[t] >= 0:
+                out[i, t] = background_leaf[t]
+                continue
+            inv = scale / d
+            node = root
+            while nodes[node, 0] >= 0:
+                ya = y + int(np.floor(np.float64(as_float[node, 3]) * inv + 0.5))
+                xa = x + int(np.floor(np.float64(as_float[node, 4]) * inv + 0.5))
+                yc = y + int(np.floor(np.float64(as_float[node, 5]) * inv + 0.5))
+                xc = x + int(np.floor(np.float64(as_float[node, 6]) * inv + 0.5))
+                f = np.float64(np.float32(_depth_at(table, b, ny, nx, ya, xa, background)
+                                          - _depth_at(table, b, ny, nx, yc, xc, background)))
+                go_left = f > np.float64(as_float[node, 1]) and f <= np.float64(as_float[node, 2])
+                node = node + 1 if go_left else nodes[node, 0]
+            out[i, t] = -nodes[node, 0] - 1
+    return out
+
+
 class DepthProbes(FeatureFamily):
     """Kinect-style depth-difference probes (eq. 3.2) over depth maps (background <= 0).
 
@@ -600,31 +636,43 @@ class DepthProbes(FeatureFamily):
 
     def apply(self, data, forest: ForestArrays) -> np.ndarray:
         stack, points = data
+        compact = forest.packed_compact()
+        if compact is not None:  # whole-number offsets (every model drawn since they are): half the bytes a node
+            nodes, roots = compact
+            return _probe_apply_compact(stack.table, stack.base, stack.shape, points, nodes, nodes.view(np.float32),
+                                        roots, self.background, self._background_leaves(nodes, roots, True),
+                                        self.offset_scale)
         table, roots = forest.packed()
         return _probe_apply(stack.table, stack.base, stack.shape, points, table, roots, self.background,
-                            self._background_leaves(table, roots), self.offset_scale)
+                            self._background_leaves(table, roots, False), self.offset_scale)
 
-    def _background_leaves(self, table: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    def _background_leaves(self, table: np.ndarray, roots: np.ndarray, compact: bool) -> np.ndarray:
         """Each tree's leaf for background reference pixels, or -1 where it cannot be known in advance.
 
         At a background pixel every offset is divided by `background`; when the forest's largest offset is under
         half of it, both probes round back onto the pixel itself, read `background` twice, and f = 0 at every
         node. All such pixels then follow one path per tree: walking it once is exact, and most of a frame is
-        background.
+        background. `table`: `ForestArrays.packed_compact` rows when `compact`, else `packed` rows.
         """
         cached = getattr(self, "_background_cache", None)
         if cached is not None and cached[0]() is table and cached[1] == self.offset_scale:
-            return cached[2]  # a forest's packed table is built once, so its background leaves are too
+            return cached[2]  # a forest's traversal table is built once, so its background leaves are too
         out = np.full(roots.shape[0], -1, dtype=np.int32)
         self._background_cache = (weakref.ref(table), self.offset_scale, out)
+        rows = table.view(np.float32) if compact else table
+        first, lo, hi = (3, 1, 2) if compact else (4, 2, 3)  # where the offsets and thresholds sit in a row
         split = table[:, 0] >= 0
-        if split.any() and np.abs(table[split, 4:8]).max() * self.offset_scale / self.background >= 0.5:
+        if split.any() and np.abs(rows[split, first:first + 4]).max() * self.offset_scale / self.background >= 0.5:
             return out
         zero = np.float32(0.0)
         for t, node in enumerate(roots):  # once per tree per call, a path of at most max_depth nodes
+            node = int(node)
             while table[node, 0] >= 0:
-                left = zero > np.float32(table[node, 2]) and zero <= np.float32(table[node, 3])
-                node = int(table[node, 0]) if left else int(table[node, 1])
+                left = zero > np.float32(rows[node, lo]) and zero <= np.float32(rows[node, hi])
+                if compact:
+                    node = node + 1 if left else int(table[node, 0])
+                else:
+                    node = int(table[node, 0]) if left else int(table[node, 1])
             out[t] = -int(table[node, 0]) - 1
         return out
 

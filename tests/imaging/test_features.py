@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from imageforest.forest.storage import ForestArrays
 from imageforest.imaging import BoxFeatures, DepthProbes, ImageClassificationForest, ImageStack, integral_image
 from imageforest.imaging.features import check_points
 from imageforest.imaging.io import Image
@@ -250,9 +251,35 @@ def test_background_shortcut_gives_the_same_leaves_as_walking():
     stack = fam.prepare([depth])
     cpts = check_points(every, stack)
     table, roots = forest.forest_.packed()
-    shortcut = fam._background_leaves(table, roots)
+    shortcut = fam._background_leaves(table, roots, False)
     assert np.all(shortcut >= 0)
+    nodes, compact_roots = forest.forest_.packed_compact()
+    fam._background_cache = None
+    assert np.array_equal(fam._background_leaves(nodes, compact_roots, True), shortcut)
     fast = fam.apply((stack, cpts), forest.forest_)
     slow = _probe_apply(stack.table, stack.base, stack.shape, cpts, table, roots, fam.background,
                         np.full(3, -1, dtype=np.int32), 1.0)
     assert np.array_equal(fast, slow)
+
+
+def test_compact_table_holds_the_packed_values():
+    """The 32-byte rows of depth-probe forests carry exactly the values of the float64 rows, or are not built."""
+    rng = np.random.default_rng(6)
+    depth = rng.integers(900, 1100, (30, 40)).astype(np.uint16)
+    yy, xx = np.nonzero(depth > 0)
+    pts = np.c_[np.zeros(yy.size, int), yy, xx]
+    forest = ImageClassificationForest(DepthProbes(max_offset=8 * 1000.0), n_trees=3, max_depth=8,
+                                       random_state=0).fit([depth], pts, (xx >= 20).astype(int))
+    f = forest.forest_
+    table, roots = f.packed()
+    nodes, compact_roots = f.packed_compact()
+    rows = nodes.view(np.float32)
+    assert nodes.shape == (f.n_nodes, 8) and np.array_equal(roots, compact_roots)
+    split = table[:, 0] >= 0
+    assert np.array_equal(table[split, 0], np.flatnonzero(split) + 1)  # the left child is the next row
+    assert np.array_equal(nodes[split, 0], table[split, 1]) and np.array_equal(nodes[~split, 0], table[~split, 0])
+    assert np.array_equal(rows[:, 1:3].astype(np.float64), table[:, 2:4])
+    assert np.array_equal(rows[:, 3:7].astype(np.float64), table[:, 4:8])
+    shifted = ForestArrays(**{**{k.removeprefix("forest."): v for k, v in f.to_arrays().items()},
+                              "params": f.params + 0.1})
+    assert shifted.packed_compact() is None  # offsets float32 cannot hold: the float64 walk
