@@ -329,68 +329,65 @@ def smooth_posteriors(post: np.ndarray, yx: np.ndarray, radius: int) -> np.ndarr
 
 
 def _box_average(post: np.ndarray, ys: np.ndarray, xs: np.ndarray, h: int, w: int, r: int) -> np.ndarray:
-    """Masked box filter over the body's bounding box: window sums along rows, then along columns, of the
-    posteriors scattered into the box (a last channel counts body pixels); (n, k) float32 averages."""
-    grid = _scatter(post, ys, xs, h, w)
-    rows = np.empty_like(grid)
-    run_ranges(_window_sums_range, h, grid, rows, r)
-    cols = np.empty_like(grid)
-    run_ranges(_column_sums_range, w, rows, cols, r)
-    return _gather_averages(cols, ys, xs, post.shape[1])
-
-
-@njit(cache=True, nogil=True)
-def _gather_averages(sums, ys, xs, k):  # pragma: no cover - numba
-    """(n, k) float32: each point's window sums over its window's body-pixel count (the last channel)."""
-    n = ys.shape[0]
-    out = np.empty((n, k), dtype=np.float32)
-    for i in range(n):
-        count = sums[ys[i], xs[i], k]
-        for c in range(k):
-            out[i, c] = sums[ys[i], xs[i], c] / count
+    """Masked box filter over the body's bounding box: window sums along rows of the posteriors (a last channel
+    counts body pixels; off the body every channel is 0), then along columns, each body pixel's average written as
+    its column sum passes it; (n, k) float32 averages."""
+    index = _pixel_index(ys, xs, h, w)
+    rows = np.empty((h, w, post.shape[1] + 1), dtype=np.float32)
+    run_ranges(_row_sums_range, h, post, index, rows, r)
+    out = np.empty_like(post)
+    run_ranges(_column_averages_range, w, rows, index, out, r)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _scatter(post, ys, xs, h, w):  # pragma: no cover - numba
-    """(h, w, k + 1) float32 grid: each point's posterior at its pixel, and 1 in the last channel."""
-    n, k = post.shape
-    grid = np.zeros((h, w, k + 1), dtype=np.float32)
-    for i in range(n):
-        for c in range(k):
-            grid[ys[i], xs[i], c] = post[i, c]
-        grid[ys[i], xs[i], k] = 1.0
-    return grid
+def _pixel_index(ys, xs, h, w):  # pragma: no cover - numba
+    """(h, w) int32: the body pixel at each place of the box, -1 off the body."""
+    index = np.full((h, w), -1, dtype=np.int32)
+    for i in range(ys.shape[0]):
+        index[ys[i], xs[i]] = i
+    return index
 
 
 @njit(cache=True, nogil=True)
-def _window_sums_range(l0, l1, src, dst, r):  # pragma: no cover - numba
-    """dst[l, x] = sum of src[l, x - r .. x + r] (clipped to the line) for lines l0..l1 of (lines, length,
-    channels) arrays, by a running sum in float64."""
-    length, ch = src.shape[1], src.shape[2]
-    acc = np.zeros(ch, dtype=np.float64)
+def _row_sums_range(l0, l1, post, index, dst, r):  # pragma: no cover - numba
+    """dst[l, x] = sum over the body pixels of row l in columns x - r .. x + r of their posteriors, and their count
+    in the last channel, for rows l0..l1, by a running sum in float64 (places off the body add nothing)."""
+    length = index.shape[1]
+    k = post.shape[1]
+    acc = np.zeros(k + 1, dtype=np.float64)
     for line in range(l0, l1):
         acc[:] = 0.0
         for x in range(min(r, length)):
-            for c in range(ch):
-                acc[c] += src[line, x, c]
+            i = index[line, x]
+            if i >= 0:
+                for c in range(k):
+                    acc[c] += post[i, c]
+                acc[k] += 1.0
         for x in range(length):
             if x + r < length:
-                for c in range(ch):
-                    acc[c] += src[line, x + r, c]
-            for c in range(ch):
+                i = index[line, x + r]
+                if i >= 0:
+                    for c in range(k):
+                        acc[c] += post[i, c]
+                    acc[k] += 1.0
+            for c in range(k + 1):
                 dst[line, x, c] = acc[c]
             if x - r >= 0:
-                for c in range(ch):
-                    acc[c] -= src[line, x - r, c]
+                i = index[line, x - r]
+                if i >= 0:
+                    for c in range(k):
+                        acc[c] -= post[i, c]
+                    acc[k] -= 1.0
 
 
 @njit(cache=True, nogil=True)
-def _column_sums_range(x0, x1, src, dst, r):  # pragma: no cover - numba
-    """`_window_sums_range` along the columns x0..x1 of (height, width, channels) arrays, the same float64
-    operations in the same order, walking down the rows: each step reads and writes contiguous memory (a column
-    walk would jump a whole row per pixel)."""
+def _column_averages_range(x0, x1, src, index, out, r):  # pragma: no cover - numba
+    """The row sums `src` summed along the columns x0..x1 (window rows y - r .. y + r, float64, walking down the
+    rows so that each step reads contiguous memory); at each body pixel its window's posterior sum over its
+    window's body-pixel count, into out (n, k) float32."""
     h, ch = src.shape[0], src.shape[2]
+    k = ch - 1
     acc = np.zeros((x1 - x0, ch), dtype=np.float64)
     for y in range(min(r, h)):
         for x in range(x0, x1):
@@ -402,8 +399,11 @@ def _column_sums_range(x0, x1, src, dst, r):  # pragma: no cover - numba
                 for c in range(ch):
                     acc[x - x0, c] += src[y + r, x, c]
         for x in range(x0, x1):
-            for c in range(ch):
-                dst[y, x, c] = acc[x - x0, c]
+            i = index[y, x]
+            if i >= 0:
+                count = np.float32(acc[x - x0, k])
+                for c in range(k):
+                    out[i, c] = np.float32(acc[x - x0, c]) / count
         if y - r >= 0:
             for x in range(x0, x1):
                 for c in range(ch):
