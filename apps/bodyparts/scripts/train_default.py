@@ -6,8 +6,8 @@
 Renders N bodies at 320 x 240 with `data_scripts/render_bodies.py` (seed 1; the benchmark's held-out renders use
 seed 2), trains 3 trees of depth 20 on them with the recipe below and a fixed seed, and writes the model with its
 card. The default 36,000 bodies render in about 13 minutes and train in about 23 minutes within 10.2 GB on a
-2-core machine. `--benchmark-json` adds the accuracy measured by `benchmarks/bodyparts/renders.py --json` to the card of the
-existing model instead of training.
+2-core machine. `--benchmark-json` adds the accuracy measured by `benchmarks/bodyparts/renders.py --json` to the
+card of the existing model instead of training.
 """
 
 from __future__ import annotations
