@@ -495,11 +495,36 @@ def cropped_depth_stack(stack: ImageStack, points: np.ndarray) -> tuple[ImageSta
             np.ascontiguousarray(moved, np.int32))
 
 
+@njit(cache=True, inline="always")
+def _reference(table, base, shape, points, i, background):  # pragma: no cover - numba
+    """Point i's map (start b, size ny x nx), pixel (y, x) and depth there."""
+    img = points[i, 0]
+    ny = shape[img, 1]
+    nx = shape[img, 2]
+    b = base[img, 0] + points[i, 1] * ny * nx
+    y = points[i, 2]
+    x = points[i, 3]
+    return b, ny, nx, y, x, _depth_at(table, b, ny, nx, y, x, background)
+
+
+@njit(cache=True, inline="always")
+def _probe(table, b, ny, nx, y, x, inv, u0, u1, v0, v1, background):  # pragma: no cover - numba
+    """f = d(x + u / d(x)) - d(x + v / d(x)) at pixel (y, x), inv = scale / d(x), rounded to float32 as training
+    compares it."""
+    ya = y + int(np.floor(u0 * inv + 0.5))
+    xa = x + int(np.floor(u1 * inv + 0.5))
+    yc = y + int(np.floor(v0 * inv + 0.5))
+    xc = x + int(np.floor(v1 * inv + 0.5))
+    return np.float64(np.float32(_depth_at(table, b, ny, nx, ya, xa, background)
+                                 - _depth_at(table, b, ny, nx, yc, xc, background)))
+
+
 @njit(cache=True, parallel=True)
 def _probe_apply(table, base, shape, points, packed, tree_root, background, background_leaf, scale):  # pragma: no cover
     """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply).
 
     `background_leaf[t] >= 0` is tree t's leaf for any background reference pixel (see `DepthProbes.apply`).
+    (numba's prange here: a frame's walk took about 1 ms more on the engine's own thread ranges.)
     """
     n = points.shape[0]
     n_trees = tree_root.shape[0]
@@ -507,25 +532,15 @@ def _probe_apply(table, base, shape, points, packed, tree_root, background, back
     for t in range(n_trees):
         root = tree_root[t]
         for i in prange(n):
-            img = points[i, 0]
-            ny = shape[img, 1]
-            nx = shape[img, 2]
-            b = base[img, 0] + points[i, 1] * ny * nx
-            y = points[i, 2]
-            x = points[i, 3]
-            d = _depth_at(table, b, ny, nx, y, x, background)
+            b, ny, nx, y, x, d = _reference(table, base, shape, points, i, background)
             if d == background and background_leaf[t] >= 0:
                 out[i, t] = background_leaf[t]
                 continue
             inv = scale / d
             node = root
             while packed[node, 0] >= 0.0:
-                ya = y + int(np.floor(packed[node, 4] * inv + 0.5))
-                xa = x + int(np.floor(packed[node, 5] * inv + 0.5))
-                yc = y + int(np.floor(packed[node, 6] * inv + 0.5))
-                xc = x + int(np.floor(packed[node, 7] * inv + 0.5))
-                f = np.float64(np.float32(_depth_at(table, b, ny, nx, ya, xa, background)
-                                          - _depth_at(table, b, ny, nx, yc, xc, background)))
+                f = _probe(table, b, ny, nx, y, x, inv, packed[node, 4], packed[node, 5], packed[node, 6],
+                           packed[node, 7], background)
                 go_left = f > packed[node, 2] and f <= packed[node, 3]
                 node = int(packed[node, 0]) if go_left else int(packed[node, 1])
             out[i, t] = -int(packed[node, 0]) - 1
@@ -543,25 +558,15 @@ def _probe_apply_compact(table, base, shape, points, nodes, as_float, tree_root,
     for t in range(n_trees):
         root = tree_root[t]
         for i in prange(n):
-            img = points[i, 0]
-            ny = shape[img, 1]
-            nx = shape[img, 2]
-            b = base[img, 0] + points[i, 1] * ny * nx
-            y = points[i, 2]
-            x = points[i, 3]
-            d = _depth_at(table, b, ny, nx, y, x, background)
+            b, ny, nx, y, x, d = _reference(table, base, shape, points, i, background)
             if d == background and background_leaf[t] >= 0:
                 out[i, t] = background_leaf[t]
                 continue
             inv = scale / d
             node = root
             while nodes[node, 0] >= 0:
-                ya = y + int(np.floor(np.float64(as_float[node, 3]) * inv + 0.5))
-                xa = x + int(np.floor(np.float64(as_float[node, 4]) * inv + 0.5))
-                yc = y + int(np.floor(np.float64(as_float[node, 5]) * inv + 0.5))
-                xc = x + int(np.floor(np.float64(as_float[node, 6]) * inv + 0.5))
-                f = np.float64(np.float32(_depth_at(table, b, ny, nx, ya, xa, background)
-                                          - _depth_at(table, b, ny, nx, yc, xc, background)))
+                f = _probe(table, b, ny, nx, y, x, inv, np.float64(as_float[node, 3]), np.float64(as_float[node, 4]),
+                           np.float64(as_float[node, 5]), np.float64(as_float[node, 6]), background)
                 go_left = f > np.float64(as_float[node, 1]) and f <= np.float64(as_float[node, 2])
                 node = node + 1 if go_left else nodes[node, 0]
             out[i, t] = -nodes[node, 0] - 1
