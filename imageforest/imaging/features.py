@@ -519,19 +519,19 @@ def _probe(table, b, ny, nx, y, x, inv, u0, u1, v0, v1, background):  # pragma: 
                                  - _depth_at(table, b, ny, nx, yc, xc, background)))
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _probe_apply(table, base, shape, points, packed, tree_root, background, background_leaf, scale):  # pragma: no cover
-    """Traversal with scalar reads only: this is the per-frame hot path (Shotton et al.'s every-pixel apply).
+    """Traversal over `ForestArrays.packed` rows, on one thread: the walk of forests whose offsets are not float32
+    numbers (drawn before offsets were whole numbers); every other forest takes `_probe_apply_compact`.
 
     `background_leaf[t] >= 0` is tree t's leaf for any background reference pixel (see `DepthProbes.apply`).
-    (numba's prange here: a frame's walk took about 1 ms more on the engine's own thread ranges.)
     """
     n = points.shape[0]
     n_trees = tree_root.shape[0]
     out = np.empty((n, n_trees), dtype=np.int32)
     for t in range(n_trees):
         root = tree_root[t]
-        for i in prange(n):
+        for i in range(n):
             b, ny, nx, y, x, d = _reference(table, base, shape, points, i, background)
             if d == background and background_leaf[t] >= 0:
                 out[i, t] = background_leaf[t]
@@ -550,8 +550,10 @@ def _probe_apply(table, base, shape, points, packed, tree_root, background, back
 @njit(cache=True, parallel=True)
 def _probe_apply_compact(table, base, shape, points, nodes, as_float, tree_root, background, background_leaf,
                          scale):  # pragma: no cover - numba
-    """`_probe_apply` over `ForestArrays.packed_compact` rows (32 bytes a node, the left child next): the same
-    arithmetic on the same values (float32 offsets and thresholds widened exactly), so the same leaves."""
+    """Traversal with scalar reads only, the per-frame hot path (Shotton et al.'s every-pixel apply), over
+    `ForestArrays.packed_compact` rows (32 bytes a node, the left child next): `_probe_apply`'s arithmetic on the
+    same values (float32 offsets and thresholds widened exactly), so the same leaves. (numba's prange: the engine's
+    own thread ranges took about 1 ms more per 640 x 480 frame.)"""
     n = points.shape[0]
     n_trees = tree_root.shape[0]
     out = np.empty((n, n_trees), dtype=np.int32)
