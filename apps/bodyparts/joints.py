@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import prange
 
 from imageforest.apps.bodyparts.depth import Camera
 from imageforest.forest.threads import run_ranges
@@ -112,7 +113,7 @@ def _bucket_cells(points, reach):  # pragma: no cover - numba
     return order, first, span, lo, side
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, parallel=True)
 def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cover - numba
     """Mean shift of every seed to its mode in the density of weighted `points` (Gaussian kernel of width
     `bandwidth`, cut at `KERNEL_REACH` widths): (n_seeds, 3) modes."""
@@ -126,7 +127,7 @@ def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cove
     inv = 1.0 / (bandwidth * bandwidth)
     reach2 = KERNEL_REACH * KERNEL_REACH
     tol = (1e-3 * bandwidth) ** 2
-    for s in range(n_seeds):
+    for s in prange(n_seeds):
         x0, x1, x2 = modes[s, 0], modes[s, 1], modes[s, 2]
         for _ in range(max_iter):
             a0 = a1 = a2 = tot = 0.0
@@ -179,19 +180,14 @@ def joint_modes(points_mm: np.ndarray, weights: np.ndarray, bandwidth_mm: float,
     """
     if points_mm.shape[0] == 0:
         return np.zeros((0, 3)), np.zeros(0)
-    return _modes_of(np.ascontiguousarray(points_mm, dtype=np.float64),
-                     np.ascontiguousarray(weights, dtype=np.float64), float(bandwidth_mm), int(max_modes))
-
-
-@njit(cache=True, nogil=True)
-def _modes_of(pts, w, bandwidth, max_modes):  # pragma: no cover - numba
-    """`joint_modes` of a non-empty point set."""
+    pts = np.ascontiguousarray(points_mm, dtype=np.float64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
     # the density from cubes of half a bandwidth, climbed from cubes of a bandwidth (a mode is never narrower)
-    cells, cw = _grid_cells(pts, w, 0.5 * bandwidth)
-    seeds, sw = _grid_cells(pts, w, bandwidth)
-    modes = _mean_shift(seeds, cells, cw, bandwidth, 30)
-    centres, support = _merge_modes(modes, sw, 0.5 * bandwidth)
-    rank = np.argsort(-support, kind="mergesort")[:max_modes]
+    cells, cw = _grid_cells(pts, w, 0.5 * bandwidth_mm)
+    seeds, sw = _grid_cells(pts, w, float(bandwidth_mm))
+    modes = _mean_shift(seeds, cells, cw, float(bandwidth_mm), 30)
+    centres, support = _merge_modes(modes, sw, 0.5 * float(bandwidth_mm))
+    rank = np.argsort(-support, kind="stable")[:max_modes]
     return centres[rank], support[rank]
 
 
@@ -217,44 +213,6 @@ def _merge_modes(modes, weights, radius):  # pragma: no cover - numba
     return centres[:m], support[:m]
 
 
-@njit(cache=True, nogil=True)
-def _joints_range(j0, j1, post, pts, area, parts, parts_start, threshold, bandwidth, modes, support,
-                  found):  # pragma: no cover - numba
-    """Joints j0..j1: each body pixel votes with its joint's parts' summed probability (float32, in the parts'
-    order) where that passes `threshold`, weighted by its area; the strongest modes go to modes[j], support[j],
-    their number to found[j]."""
-    n = post.shape[0]
-    max_modes = modes.shape[1]
-    p = np.empty(n, dtype=np.float32)
-    for j in range(j0, j1):
-        a = parts_start[j]
-        b = parts_start[j + 1]
-        m = 0
-        for i in range(n):
-            acc = post[i, parts[a]]
-            for h in range(a + 1, b):
-                acc += post[i, parts[h]]
-            p[i] = acc
-            m += acc > threshold
-        found[j] = 0
-        if m == 0:
-            continue
-        kp = np.empty((m, 3))
-        kw = np.empty(m)
-        k = 0
-        for i in range(n):
-            if p[i] > threshold:
-                kp[k, 0] = pts[i, 0]
-                kp[k, 1] = pts[i, 1]
-                kp[k, 2] = pts[i, 2]
-                kw[k] = np.float64(p[i]) * area[i]
-                k += 1
-        centres, weight = _modes_of(kp, kw, bandwidth, max_modes)
-        found[j] = centres.shape[0]
-        modes[j, :centres.shape[0]] = centres
-        support[j, :centres.shape[0]] = weight
-
-
 def propose_joints(probabilities: np.ndarray, pixels: np.ndarray, depth_mm: np.ndarray, camera: Camera,
                    joint_parts: dict[str, list[int]], push_mm: dict[str, float], *, bandwidth_mm: float = 65.0,
                    threshold: float = 0.14, max_proposals: int = 5) -> dict[str, list[JointProposal]]:
@@ -278,21 +236,14 @@ def propose_joints(probabilities: np.ndarray, pixels: np.ndarray, depth_mm: np.n
     z = np.asarray(depth_mm, dtype=np.float64)
     pts = camera.back_project(pixels[:, 0], pixels[:, 1], z)
     area_cm2 = (z / 10.0) ** 2 / (camera.fx * camera.fy)  # a pixel's area on the surface, cm^2
-    names = list(joint_parts)
-    parts = np.array([q - 1 for j in names for q in joint_parts[j]], dtype=np.int64)
-    parts_start = np.r_[0, np.cumsum([len(joint_parts[j]) for j in names])].astype(np.int64)
-    modes = np.zeros((len(names), max_proposals, 3))
-    support = np.zeros((len(names), max_proposals))
-    found = np.zeros(len(names), dtype=np.int64)
-    # joints on whichever thread is free: their costs differ with their parts' sizes
-    run_ranges(_joints_range, len(names), np.ascontiguousarray(probabilities, dtype=np.float32),
-               np.ascontiguousarray(pts), np.ascontiguousarray(area_cm2), parts, parts_start, np.float32(threshold),
-               float(bandwidth_mm), modes, support, found, chunks_per_thread=len(names))
     out: dict[str, list[JointProposal]] = {}
-    for j, joint in enumerate(names):
-        mode, conf = modes[j, :found[j]], support[j, :found[j]]
+    for joint, parts in joint_parts.items():
+        idx = np.asarray(parts, dtype=np.int64) - 1
+        p = probabilities[:, idx[0]] if idx.size == 1 else probabilities[:, idx].sum(axis=1)
+        keep = np.flatnonzero(p > threshold)
+        modes, conf = joint_modes(pts[keep], p[keep] * area_cm2[keep], bandwidth_mm, max_proposals)
         push = float(push_mm.get(joint, 0.0))
-        pos = mode * (1.0 + push / mode[:, 2:3])  # along the ray through each mode, `push` mm deeper
+        pos = modes * (1.0 + push / modes[:, 2:3])  # along the ray through each mode, `push` mm deeper
         uv = camera.project(pos)
         out[joint] = [JointProposal((float(p[0]), float(p[1]), float(p[2])), (float(u), float(v)), float(c))
                       for p, (u, v), c in zip(pos, uv, conf, strict=True)]
