@@ -136,10 +136,10 @@ def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cove
             bz = np.int64(np.floor(x2 / side)) - lo[2]
             z0 = max(bz - 1, 0)
             z1 = min(bz + 1, span[2] - 1)
+            if z0 > z1:  # the estimate is out of every cell's reach
+                break
             for cx in range(max(bx - 1, 0), min(bx + 2, span[0])):
                 for cy in range(max(by - 1, 0), min(by + 2, span[1])):
-                    if z0 > z1:
-                        continue
                     column = (cx * span[1] + cy) * span[2]
                     for i in range(first[column + z0], first[column + z1 + 1]):
                         d0 = pts[i, 0] - x0
@@ -300,36 +300,34 @@ def _pixel_index(ys, xs, h, w):  # pragma: no cover - numba
     return index
 
 
+@njit(cache=True, inline="always")
+def _add_pixel(acc, post, index, line, x, sign):  # pragma: no cover - numba
+    """acc += sign * (posterior of the body pixel at (line, x), 1); nothing off the body."""
+    i = index[line, x]
+    if i >= 0:
+        k = post.shape[1]
+        for c in range(k):
+            acc[c] += sign * post[i, c]
+        acc[k] += sign
+
+
 @njit(cache=True, nogil=True)
 def _row_sums_range(l0, l1, post, index, dst, r):  # pragma: no cover - numba
     """dst[l, x] = sum over the body pixels of row l in columns x - r .. x + r of their posteriors, and their count
     in the last channel, for rows l0..l1, by a running sum in float64 (places off the body add nothing)."""
     length = index.shape[1]
-    k = post.shape[1]
-    acc = np.zeros(k + 1, dtype=np.float64)
+    acc = np.zeros(post.shape[1] + 1, dtype=np.float64)
     for line in range(l0, l1):
         acc[:] = 0.0
         for x in range(min(r, length)):
-            i = index[line, x]
-            if i >= 0:
-                for c in range(k):
-                    acc[c] += post[i, c]
-                acc[k] += 1.0
+            _add_pixel(acc, post, index, line, x, 1.0)
         for x in range(length):
             if x + r < length:
-                i = index[line, x + r]
-                if i >= 0:
-                    for c in range(k):
-                        acc[c] += post[i, c]
-                    acc[k] += 1.0
-            for c in range(k + 1):
+                _add_pixel(acc, post, index, line, x + r, 1.0)
+            for c in range(acc.shape[0]):
                 dst[line, x, c] = acc[c]
             if x - r >= 0:
-                i = index[line, x - r]
-                if i >= 0:
-                    for c in range(k):
-                        acc[c] -= post[i, c]
-                    acc[k] -= 1.0
+                _add_pixel(acc, post, index, line, x - r, -1.0)
 
 
 @njit(cache=True, nogil=True)
