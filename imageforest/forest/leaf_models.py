@@ -143,9 +143,15 @@ def _design_row(x, x_mean, z):  # pragma: no cover - numba
     z[p] = 1.0
 
 
-@njit(cache=True, parallel=True)
-def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragma: no cover - numba
+def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):
     """Probabilistic-linear fit per leaf.
+
+    Parameters
+    ----------
+    order : (n_positions,) int32 training rows in leaf order; wts : (n_positions,) float64 their weights
+    X : (n, p) inputs; targets : (n, d) float64
+    leaf_start, leaf_end : (n_leaves,) int64 each leaf's positions [start, end)
+    ridge : float, shrinkage of the slopes (the intercept is not shrunk)
 
     Returns
     -------
@@ -163,7 +169,52 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragm
     a_inv = np.zeros((n_leaves, p + 1, p + 1))
     noise = np.zeros((n_leaves, d, d))
     dofs = np.zeros(n_leaves)
-    for leaf in prange(n_leaves):
+    run_ranges(_linear_leaves_range, n_leaves, order, wts, X, targets, leaf_start, leaf_end, float(ridge), x_mean,
+               coef, a_inv, noise, dofs)
+    return x_mean, coef, a_inv, noise, dofs
+
+
+@njit(cache=True, inline="always")
+def _spd_inverse(a, chol, out):  # pragma: no cover - numba
+    """out = a^-1 for a symmetric positive-definite (n, n) matrix, through its Cholesky factor (a = L L^T).
+
+    A leaf's Gram matrix is small, so plain loops beat a LAPACK call here, and they compile in a fraction of the
+    time numba's ``np.linalg.inv`` takes.
+    """
+    n = a.shape[0]
+    for i in range(n):
+        for j in range(i + 1):
+            s = a[i, j]
+            for k in range(j):
+                s -= chol[i, k] * chol[j, k]
+            if i == j:
+                chol[i, i] = np.sqrt(s)
+            else:
+                chol[i, j] = s / chol[j, j]
+    for c in range(n):  # column c of the inverse solves L L^T x = e_c
+        for i in range(n):
+            s = 1.0 if i == c else 0.0
+            for k in range(i):
+                s -= chol[i, k] * out[k, c]
+            out[i, c] = s / chol[i, i]
+        for i in range(n - 1, -1, -1):
+            s = out[i, c]
+            for k in range(i + 1, n):
+                s -= chol[k, i] * out[k, c]
+            out[i, c] = s / chol[i, i]
+
+
+@njit(cache=True, nogil=True)
+def _linear_leaves_range(l0, l1, order, wts, X, targets, leaf_start, leaf_end, ridge, x_mean, coef, a_inv, noise,
+                         dofs):  # pragma: no cover - numba
+    p = X.shape[1]
+    d = targets.shape[1]
+    gram = np.empty((p + 1, p + 1))
+    chol = np.zeros((p + 1, p + 1))
+    rhs = np.empty((p + 1, d))
+    z = np.empty(p + 1)
+    r = np.empty(d)
+    for leaf in range(l0, l1):
         s0 = leaf_start[leaf]
         s1 = leaf_end[leaf]
         w_sum = 0.0
@@ -173,9 +224,8 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragm
                 x_mean[leaf, a] += wts[m] * X[order[m], a]
         for a in range(p):
             x_mean[leaf, a] /= w_sum
-        gram = np.zeros((p + 1, p + 1))
-        rhs = np.zeros((p + 1, d))
-        z = np.empty(p + 1)
+        gram[:] = 0.0
+        rhs[:] = 0.0
         for m in range(s0, s1):
             i = order[m]
             w = wts[m]
@@ -187,25 +237,27 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):  # pragm
                     rhs[a, b] += w * z[a] * targets[i, b]
         for a in range(p):  # the intercept is not shrunk
             gram[a, a] += ridge * (1.0 + gram[a, a])
-        inv = np.linalg.inv(gram)
-        a_inv[leaf] = inv
-        beta = inv @ rhs
-        coef[leaf] = beta
+        inv = a_inv[leaf]
+        _spd_inverse(gram, chol, inv)
+        for a in range(p + 1):
+            for b in range(d):
+                acc = 0.0
+                for k in range(p + 1):
+                    acc += inv[a, k] * rhs[k, b]
+                coef[leaf, a, b] = acc
         dofs[leaf] = max(w_sum - (p + 1), 0.0)
         for m in range(s0, s1):
             i = order[m]
             w = wts[m]
             _design_row(X[i], x_mean[leaf], z)
-            r = np.zeros(d)
             for b in range(d):
                 pred = 0.0
                 for a in range(p + 1):
-                    pred += z[a] * beta[a, b]
+                    pred += z[a] * coef[leaf, a, b]
                 r[b] = targets[i, b] - pred
             for a in range(d):
                 for b in range(d):
                     noise[leaf, a, b] += w * r[a] * r[b]
-    return x_mean, coef, a_inv, noise, dofs
 
 
 def shrunk_noise(ssr: np.ndarray, dof: np.ndarray, prior_strength: float, var_floor: np.ndarray) -> np.ndarray:
@@ -225,16 +277,33 @@ def shrunk_noise(ssr: np.ndarray, dof: np.ndarray, prior_strength: float, var_fl
     return noise
 
 
-@njit(cache=True, parallel=True)
-def linear_components(leaf_ids, X, x_mean, coef, a_inv, noise, with_cov):  # pragma: no cover - numba
-    """Per point and tree, the probabilistic-linear prediction: means (n, T, d), covariances (n, T, d, d)."""
+def linear_components(leaf_ids, X, x_mean, coef, a_inv, noise, with_cov):
+    """Per point and tree, the probabilistic-linear prediction.
+
+    Parameters
+    ----------
+    leaf_ids : (n, T) int32; X : (n, p); the leaf arrays of `linear_leaves`, the noise shrunk (`shrunk_noise`)
+
+    Returns
+    -------
+    means : (n, T, d); covs : (n, T, d, d), or (0, 0, d, d) when not `with_cov`
+    """
     n, n_trees = leaf_ids.shape
-    p = X.shape[1]
     d = coef.shape[2]
     means = np.zeros((n, n_trees, d))
     covs = np.zeros((n, n_trees, d, d)) if with_cov else np.zeros((0, 0, d, d))
-    for i in prange(n):
-        z = np.empty(p + 1)
+    run_ranges(_linear_components_range, n, leaf_ids, X, x_mean, coef, a_inv, noise, bool(with_cov), means, covs)
+    return means, covs
+
+
+@njit(cache=True, nogil=True)
+def _linear_components_range(i0, i1, leaf_ids, X, x_mean, coef, a_inv, noise, with_cov, means,
+                             covs):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
+    p = X.shape[1]
+    d = coef.shape[2]
+    z = np.empty(p + 1)
+    for i in range(i0, i1):
         for t in range(n_trees):
             leaf = leaf_ids[i, t]
             _design_row(X[i], x_mean[leaf], z)
@@ -251,4 +320,3 @@ def linear_components(leaf_ids, X, x_mean, coef, a_inv, noise, with_cov):  # pra
                 for a in range(d):
                     for b in range(d):
                         covs[i, t, a, b] = noise[leaf, a, b] * (1.0 + quad)
-    return means, covs

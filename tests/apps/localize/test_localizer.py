@@ -106,7 +106,8 @@ def test_model_file_round_trip_and_determinism(small_model, phantoms, tmp_path: 
         assert x.present == y.present
     scans = [c for c, _ in phantoms[:3]]
     truths = [OrganSlices.from_labels(lab, list(range(1, 8))) for _, lab in phantoms[:3]]
-    params = {**SMALL, "n_trees": 2, "max_depth": 6}
+    params = {**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 2, "refine_points": 300, "slice_trees": 2,
+              "slice_points": 300}
     OrganLocalizer(list(ORGANS), **params, n_jobs=1).fit(scans, truths).save(tmp_path / "one.npz")
     OrganLocalizer(list(ORGANS), **params, n_jobs=2).fit(scans, truths).save(tmp_path / "two.npz")
     assert (tmp_path / "one.npz").read_bytes() == (tmp_path / "two.npz").read_bytes()
