@@ -24,7 +24,6 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from numba import prange
 from scipy.sparse.csgraph import connected_components, dijkstra
 from scipy.sparse.linalg import eigsh
 from scipy.spatial import cKDTree
@@ -33,6 +32,7 @@ from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 AFFINITIES = ("binary", "gaussian", "mahalanobis")
@@ -59,18 +59,23 @@ def _pair_distance(model, X, i, j, Y, prec, leaf, inv_eps2):  # pragma: no cover
     return acc
 
 
-@njit(cache=True, parallel=True)
-def _leaf_pairs(order, leaf_start, leaf_end, X, model, prec, inv_eps2):  # pragma: no cover - numba
+def _leaf_pairs(order, leaf_start, leaf_end, X, model, prec, inv_eps2):
     """All same-leaf pairs with their affinity exp(-D): rows, cols, values (sum over leaves of n_l^2 entries)."""
-    n_leaves = leaf_start.shape[0]
-    sizes = leaf_end - leaf_start
-    offset = np.zeros(n_leaves + 1, dtype=np.int64)
-    for leaf in range(n_leaves):
-        offset[leaf + 1] = offset[leaf] + sizes[leaf] * sizes[leaf]
+    sizes = (leaf_end - leaf_start).astype(np.int64)
+    offset = np.zeros(leaf_start.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes * sizes, out=offset[1:])
     rows = np.empty(offset[-1], dtype=np.int32)
     cols = np.empty(offset[-1], dtype=np.int32)
     vals = np.empty(offset[-1])
-    for leaf in prange(n_leaves):
+    run_ranges(_leaf_pairs_range, leaf_start.shape[0], order, leaf_start, leaf_end, offset, X, model, prec,
+               float(inv_eps2), rows, cols, vals)
+    return rows, cols, vals
+
+
+@njit(cache=True, nogil=True)
+def _leaf_pairs_range(l0, l1, order, leaf_start, leaf_end, offset, X, model, prec, inv_eps2, rows, cols,
+                      vals):  # pragma: no cover - numba
+    for leaf in range(l0, l1):
         k = offset[leaf]
         for a in range(leaf_start[leaf], leaf_end[leaf]):
             for b in range(leaf_start[leaf], leaf_end[leaf]):
@@ -80,21 +85,28 @@ def _leaf_pairs(order, leaf_start, leaf_end, X, model, prec, inv_eps2):  # pragm
                 cols[k] = j
                 vals[k] = np.exp(-_pair_distance(model, X, i, j, X, prec, leaf, inv_eps2))
                 k += 1
-    return rows, cols, vals
 
 
-@njit(cache=True, parallel=True)
-def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, model, prec,
-                 inv_eps2):  # pragma: no cover - numba
-    """Sec. 6.2: per tree, the affinity-weighted mean embedding of the reached leaf's training points."""
-    n, n_trees = leaf_ids.shape
+def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, model, prec, inv_eps2):
+    """Sec. 6.2: per tree, the affinity-weighted mean embedding of the reached leaf's training points, averaged
+    over the trees: (n, k) for leaf_ids (n, T)."""
+    out = np.zeros((leaf_ids.shape[0], embedding.shape[1]))
+    run_ranges(_interpolate_range, leaf_ids.shape[0], leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding,
+               model, prec, float(inv_eps2), out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _interpolate_range(i0, i1, leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, model, prec, inv_eps2,
+                       out):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
     k = embedding.shape[1]
-    out = np.zeros((n, k))
-    for i in prange(n):
+    acc = np.empty(k)
+    for i in range(i0, i1):
         for t in range(n_trees):
             leaf = leaf_ids[i, t]
             eta = 0.0
-            acc = np.zeros(k)
+            acc[:] = 0.0
             for m in range(leaf_start[leaf], leaf_end[leaf]):
                 j = order[m]
                 w = np.exp(-_pair_distance(model, Xq, i, j, X_train, prec, leaf, inv_eps2))
@@ -106,17 +118,23 @@ def _interpolate(leaf_ids, Xq, X_train, order, leaf_start, leaf_end, embedding, 
                     out[i, c] += acc[c] / eta
         for c in range(k):
             out[i, c] /= n_trees
-    return out
 
 
-@njit(cache=True, parallel=True)
-def _nearest_leaf_mates(indptr, indices, X, k):  # pragma: no cover - numba
+def _nearest_leaf_mates(indptr, indices, X, k):
     """Per point, its k nearest (Euclidean) points among its nonzeros of W, (n, k) columns and lengths (-1 / inf
     where a point has fewer mates). Ties keep the lower column, so the graph does not depend on threads."""
-    n, d = X.shape
+    n = X.shape[0]
     cols = np.full((n, k), -1, dtype=np.int64)
     dist = np.full((n, k), np.inf)
-    for i in prange(n):
+    run_ranges(_nearest_leaf_mates_range, n, indptr, indices, X, cols, dist)
+    return cols, dist
+
+
+@njit(cache=True, nogil=True)
+def _nearest_leaf_mates_range(i0, i1, indptr, indices, X, cols, dist):  # pragma: no cover - numba
+    d = X.shape[1]
+    k = cols.shape[1]
+    for i in range(i0, i1):
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
             if j == i:
@@ -134,7 +152,6 @@ def _nearest_leaf_mates(indptr, indices, X, k):  # pragma: no cover - numba
                     slot -= 1
                 dist[i, slot] = r
                 cols[i, slot] = j
-    return cols, dist
 
 
 def neighbourhood_graph(W: sp.csr_matrix, X: np.ndarray, k: int) -> sp.csr_matrix:
@@ -348,7 +365,9 @@ class ManifoldForest(UnsupervisedForestBase):
         leaves = self._apply_checked(X)
         order, start, end = self._membership
         with numba_threads(self.n_jobs):
-            return _interpolate(leaves, X.astype(np.float64), self._X, order, start, end, self.embedding_,
+            # C-ordered float64 whatever the caller or the eigensolver gave: one compiled kernel serves every call
+            return _interpolate(leaves, np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(self._X),
+                                order, start, end, np.ascontiguousarray(self.embedding_),
                                 AFFINITIES.index(self.affinity), self._prec, self._inv_eps2)
 
     # -- model files: the embedding is defined by its training points, so they are saved with it -------------

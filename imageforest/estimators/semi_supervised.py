@@ -21,7 +21,6 @@ from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from numba import prange
 from scipy.sparse.csgraph import dijkstra
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
@@ -29,18 +28,27 @@ from imageforest.estimators.params import GROWTH, Integer, Real, Rule, check_par
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import tree_average
 from imageforest.forest.objectives import Objective
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 
-@njit(cache=True, parallel=True)
-def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):  # pragma: no cover - numba
+def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):
     """For every leaf, its k nearest leaves of the same tree by symmetric Mahalanobis distance between means:
     rows, cols, distances (n_leaves * k entries; -1 columns where a tree has fewer leaves)."""
-    n_leaves, d = means.shape
+    n_leaves = means.shape[0]
     rows = np.full(n_leaves * k, -1, dtype=np.int64)
     cols = np.full(n_leaves * k, -1, dtype=np.int64)
     dist = np.zeros(n_leaves * k)
-    for a in prange(n_leaves):
+    run_ranges(_leaf_neighbours_range, n_leaves, means, precs, tree_first, tree_last, leaf_tree, int(k), rows, cols,
+               dist)
+    return rows, cols, dist
+
+
+@njit(cache=True, nogil=True)
+def _leaf_neighbours_range(a0, a1, means, precs, tree_first, tree_last, leaf_tree, k, rows, cols,
+                           dist):  # pragma: no cover - numba
+    d = means.shape[1]
+    for a in range(a0, a1):
         t = leaf_tree[a]
         lo = tree_first[t]
         hi = tree_last[t]
@@ -57,7 +65,6 @@ def _leaf_neighbours(means, precs, tree_first, tree_last, leaf_tree, k):  # prag
             rows[a * k + r] = a
             cols[a * k + r] = lo + idx[r]
             dist[a * k + r] = cand[idx[r]]
-    return rows, cols, dist
 
 
 class SemiSupervisedForest(UnsupervisedForestBase):

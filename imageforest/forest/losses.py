@@ -108,7 +108,9 @@ def forest_margins(order: np.ndarray, base_weights: np.ndarray, seg_start: np.nd
     """
     prob, count = np.zeros((int(n_points), int(n_classes))), np.zeros(int(n_points))
     labels = np.ascontiguousarray(labels, dtype=np.int32)
-    _add_segments(np.ascontiguousarray(order), np.ascontiguousarray(base_weights, dtype=np.float64), False,
+    # dtypes fixed here so that every caller shares one compiled kernel
+    order = np.ascontiguousarray(order, dtype=np.int32)
+    _add_segments(order, np.ascontiguousarray(base_weights, dtype=np.float64), False,
                   np.ascontiguousarray(seg_start, dtype=np.int64), np.ascontiguousarray(seg_end, dtype=np.int64),
                   labels, prob, count)
     margin = np.empty(int(n_points))
@@ -148,7 +150,7 @@ class GrowingMargins:
         """(n_points,) margins with the finished leaves `leaf_start/leaf_end` (the leaves of earlier calls first, in
         the same order) and the frontier nodes `front_start/front_end` (segments of `order`) of trees `front_tree`
         (ascending); `sample_weight` (n_points,) weighs the points in the class histograms."""
-        order = np.ascontiguousarray(order)
+        order = np.ascontiguousarray(order, dtype=np.int32)
         weights = np.ascontiguousarray(sample_weight, dtype=np.float64)
         new = slice(self.n_leaves, len(leaf_start))
         _add_segments(order, weights, True, np.ascontiguousarray(leaf_start[new], dtype=np.int64),

@@ -320,9 +320,8 @@ def _best_sorted_split(resp_c, a, n, samples, wts, criterion, labels, targets, n
     return best, best_thr
 
 
-@njit(cache=True, parallel=True)
 def exhaustive_best(resp, seg_start, seg_end, samples, wts, criterion, labels, targets, n_blocks, q, n_stats,
-                    reg, min_samples_leaf):  # pragma: no cover - numba
+                    reg, min_samples_leaf):
     """Best one-sided split of every (node, candidate) over all boundaries between distinct responses.
 
     Returns
@@ -336,15 +335,24 @@ def exhaustive_best(resp, seg_start, seg_end, samples, wts, criterion, labels, t
     threshold = np.zeros((n_nodes, rho), dtype=np.float32)
     n_pairs = n_nodes * rho
     n_work = min(n_pairs, N_WORK_BLOCKS)
-    longest = 0
-    for s in range(n_nodes):
-        longest = max(longest, seg_end[s] - seg_start[s])
-    for blk in prange(n_work):
-        vals = np.empty(longest, dtype=np.float32)
-        total = np.empty(n_stats)
-        left = np.empty(n_stats)
-        right = np.empty(n_stats)
-        work = np.empty((max(q, 1), max(q, 1)))
+    longest = int((seg_end - seg_start).max()) if n_nodes else 0
+    run_ranges(_exhaustive_blocks, n_work, n_pairs, longest, resp, seg_start, seg_end, samples, wts, criterion,
+               labels, targets, n_blocks, q, n_stats, reg, min_samples_leaf, gain, threshold)
+    return gain, threshold
+
+
+@njit(cache=True, nogil=True)
+def _exhaustive_blocks(b0, b1, n_pairs, longest, resp, seg_start, seg_end, samples, wts, criterion, labels, targets,
+                       n_blocks, q, n_stats, reg, min_samples_leaf, gain, threshold):  # pragma: no cover - numba
+    """Work blocks [b0, b1) of `exhaustive_best`: block b takes pairs b, b + n_work, ... (n_work = its block count)."""
+    rho = resp.shape[0]
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    vals = np.empty(longest, dtype=np.float32)
+    total = np.empty(n_stats)
+    left = np.empty(n_stats)
+    right = np.empty(n_stats)
+    work = np.empty((max(q, 1), max(q, 1)))
+    for blk in range(b0, b1):
         for pair in range(blk, n_pairs, n_work):
             s = pair // rho
             c = pair % rho
@@ -355,7 +363,6 @@ def exhaustive_best(resp, seg_start, seg_end, samples, wts, criterion, labels, t
                                       n_blocks, q, reg, min_samples_leaf, vals, total, left, right, work)
             gain[s, c] = g
             threshold[s, c] = t
-    return gain, threshold
 
 
 @njit(cache=True, parallel=True)

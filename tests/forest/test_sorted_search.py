@@ -26,7 +26,7 @@ def test_sorted_search_matches_the_generic_search(criterion):
     resp[0, ::7] = -0.0
     rows = rng.permutation(m).astype(np.int32)  # statistics read through an index, as for ungathered targets
     weights = rng.integers(0, 3, m).astype(np.float64)  # bootstrap counts, zeros included
-    labels = rng.integers(0, 5, m).astype(np.int64)
+    labels = rng.integers(0, 5, m).astype(np.int32)  # the trainer's dtypes: its compiled kernels serve the test
     targets = rng.normal(size=(m, 1))
     targets[::13] = np.nan  # missing targets count for the node's weight, not its statistics
     regression = criterion == SQUARED_ERROR
@@ -62,7 +62,7 @@ def test_entropy_from_the_x_log_x_table_gives_the_same_bits(whole, monkeypatch):
     resp = rng.normal(size=(3, m)).astype(np.float32)
     rows = rng.permutation(m).astype(np.int32)
     weights = rng.integers(0, 4, m).astype(np.float64) if whole else rng.uniform(0.2, 2.0, m)
-    labels = rng.integers(0, 7, m).astype(np.int64)
+    labels = rng.integers(0, 7, m).astype(np.int32)
     args = (resp, seg_start, seg_end, rows, weights, ENTROPY, labels, np.zeros((0, 0)), 7, 2)
     assert (split_search._heaviest_whole_segment(weights, seg_start, seg_end) >= 0) is whole
     g1, t1 = exhaustive_best_sorted(*args)
