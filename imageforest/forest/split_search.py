@@ -123,9 +123,8 @@ def _bin_pair(resp_c, m0, m1, thr, samples, wts, criterion, labels, targets, n_b
     return w_node
 
 
-@njit(cache=True, parallel=True)
 def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, configs, criterion, labels,
-                      targets, n_blocks, q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
+                      targets, n_blocks, q, n_stats, reg, min_samples_leaf):
     """Information gain of every (node, candidate, configuration); -inf where a child is too small.
 
     Parameters
@@ -140,24 +139,36 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
     -------
     (n_nodes, rho, B) float64
     """
-    n_nodes, rho, k = thresholds.shape
-    n_cfg = configs.shape[0]
-    out = np.full((n_nodes, rho, n_cfg), -np.inf)
+    n_nodes, rho, _ = thresholds.shape
+    out = np.full((n_nodes, rho, configs.shape[0]), -np.inf)
     n_pairs = n_nodes * rho
     n_work = min(n_pairs, N_WORK_BLOCKS)
     compact = criterion <= GINI and n_stats > COMPACT_CLASSES_MIN
     if compact:
         columns, width = node_class_columns(seg_start, seg_end, samples, labels, n_stats)
     else:
-        columns = np.arange(n_stats).reshape(1, n_stats)
+        columns = np.arange(n_stats, dtype=np.int64).reshape(1, n_stats)
         width = np.full(1, n_stats, dtype=np.int64)
-    for blk in prange(n_work):
-        cum_all = np.empty((k + 2) * n_stats)
-        ccount = np.empty(k + 2, dtype=np.int64)
-        work = np.empty((max(q, 1), max(q, 1)))
-        total_all = np.empty(n_stats)
-        left_all = np.empty(n_stats)
-        right_all = np.empty(n_stats)
+    run_ranges(_binned_blocks, n_work, n_pairs, resp, seg_start, seg_end, samples, wts, thresholds, configs,
+               criterion, labels, targets, n_blocks, q, n_stats, reg, min_samples_leaf, compact, columns, width, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _binned_blocks(b0, b1, n_pairs, resp, seg_start, seg_end, samples, wts, thresholds, configs, criterion, labels,
+                   targets, n_blocks, q, n_stats, reg, min_samples_leaf, compact, columns, width,
+                   out):  # pragma: no cover - numba
+    """Work blocks [b0, b1) of `binned_gain_table`; block b holds the pairs [b n_pairs / n_work, (b + 1) ...)."""
+    n_nodes = thresholds.shape[0]
+    k = thresholds.shape[2]
+    n_work = min(n_pairs, N_WORK_BLOCKS)
+    cum_all = np.empty((k + 2) * n_stats)
+    ccount = np.empty(k + 2, dtype=np.int64)
+    work = np.empty((max(q, 1), max(q, 1)))
+    total_all = np.empty(n_stats)
+    left_all = np.empty(n_stats)
+    right_all = np.empty(n_stats)
+    for blk in range(b0, b1):
         # Contiguous, candidate-major pair ranges: consecutive pairs read adjacent stretches of one response row,
         # which the hardware prefetcher streams (deep levels have ~100-point segments, too short to stream alone).
         for pair in range(blk * n_pairs // n_work, (blk + 1) * n_pairs // n_work):
@@ -174,11 +185,9 @@ def binned_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                 continue
             _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf, work,
                            total_all[:n_cols], left_all[:n_cols], right_all[:n_cols], out, s, c)
-    return out
 
 
-@njit(cache=True, parallel=True)
-def node_class_columns(seg_start, seg_end, samples, labels, n_classes):  # pragma: no cover - numba
+def node_class_columns(seg_start, seg_end, samples, labels, n_classes):
     """Per node, the column of each class among the classes its points hold (ascending; -1 when absent).
 
     Returns
@@ -187,9 +196,17 @@ def node_class_columns(seg_start, seg_end, samples, labels, n_classes):  # pragm
     width : (n_nodes,) int64, the number of classes present
     """
     n_nodes = seg_start.shape[0]
-    columns = np.full((n_nodes, n_classes), -1, dtype=np.int64)
+    columns = np.full((n_nodes, int(n_classes)), -1, dtype=np.int64)
     width = np.zeros(n_nodes, dtype=np.int64)
-    for s in prange(n_nodes):
+    run_ranges(_node_class_columns_range, n_nodes, seg_start, seg_end, samples, labels, columns, width)
+    return columns, width
+
+
+@njit(cache=True, nogil=True)
+def _node_class_columns_range(s0, s1, seg_start, seg_end, samples, labels, columns,
+                              width):  # pragma: no cover - numba
+    n_classes = columns.shape[1]
+    for s in range(s0, s1):
         for m in range(seg_start[s], seg_end[s]):
             columns[s, labels[samples[m]]] = 0
         w = 0
@@ -198,7 +215,6 @@ def node_class_columns(seg_start, seg_end, samples, labels, n_classes):  # pragm
                 columns[s, t] = w
                 w += 1
         width[s] = w
-    return columns, width
 
 
 @njit(cache=True, inline="always")
@@ -234,26 +250,35 @@ def _score_configs(cum, ccount, w_node, configs, criterion, n_blocks, q, reg, mi
         out[s, c, g] = (parent - child) / w_node
 
 
-@njit(cache=True, parallel=True)
 def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, configs, criterion, lifted, n_blocks,
-                      q, n_stats, reg, min_samples_leaf):  # pragma: no cover - numba
+                      q, n_stats, reg, min_samples_leaf):
     """`binned_gain_table` for wide statistics rows (`Objective.lifted`), node-major.
 
     A row of hundreds of statistics (one Gaussian block per organ) costs more to fetch than to add, so each
     point's row is read once and added into the bins of all rho candidates, instead of once per candidate.
     Same arguments and result as `binned_gain_table` (with `lifted` in place of the targets).
     """
+    n_nodes, rho, _ = thresholds.shape
+    out = np.full((n_nodes, rho, configs.shape[0]), -np.inf)
+    # nodes differ in size: blocks go to whichever thread is free
+    run_ranges(_lifted_blocks, min(n_nodes, N_WORK_BLOCKS), resp, seg_start, seg_end, samples, wts, thresholds,
+               configs, criterion, lifted, n_blocks, q, n_stats, reg, min_samples_leaf, out, chunks_per_thread=8)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _lifted_blocks(b0, b1, resp, seg_start, seg_end, samples, wts, thresholds, configs, criterion, lifted, n_blocks,
+                   q, n_stats, reg, min_samples_leaf, out):  # pragma: no cover - numba
+    """Work blocks [b0, b1) of `lifted_gain_table`: block b takes nodes b, b + n_work, ..."""
     n_nodes, rho, k = thresholds.shape
-    n_cfg = configs.shape[0]
-    out = np.full((n_nodes, rho, n_cfg), -np.inf)
     n_work = min(n_nodes, N_WORK_BLOCKS)
-    for blk in prange(n_work):
-        cum = np.empty((rho, k + 2, n_stats))
-        ccount = np.empty((rho, k + 2), dtype=np.int64)
-        work = np.empty((max(q, 1), max(q, 1)))
-        total = np.empty(n_stats)
-        left = np.empty(n_stats)
-        right = np.empty(n_stats)
+    cum = np.empty((rho, k + 2, n_stats))
+    ccount = np.empty((rho, k + 2), dtype=np.int64)
+    work = np.empty((max(q, 1), max(q, 1)))
+    total = np.empty(n_stats)
+    left = np.empty(n_stats)
+    right = np.empty(n_stats)
+    for blk in range(b0, b1):
         for s in range(blk, n_nodes, n_work):
             cum[:] = 0.0
             ccount[:] = 0
@@ -280,7 +305,6 @@ def lifted_gain_table(resp, seg_start, seg_end, samples, wts, thresholds, config
                         cum[c, b, j] += cum[c, b - 1, j]
                 _score_configs(cum[c], ccount[c], w_node, configs, criterion, n_blocks, q, reg, min_samples_leaf,
                                work, total, left, right, out, s, c)
-    return out
 
 
 @njit(cache=True)
