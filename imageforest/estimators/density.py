@@ -16,26 +16,31 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 from scipy import stats
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
+from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
 MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic cells
 
 
-@njit(cache=True, parallel=True)
-def _log_density(leaf_ids, X, mean, chol_inv, log_norm):  # pragma: no cover - numba
-    """log p(v) = log mean_t exp(log_norm_l - 0.5 |L_l^-1 (v - mu_l)|^2) for leaves l = leaf_ids[i, t]."""
-    n, n_trees = leaf_ids.shape
+def _log_density(leaf_ids, X, mean, chol_inv, log_norm):
+    """log p(v) = log mean_t exp(log_norm_l - 0.5 |L_l^-1 (v - mu_l)|^2) for leaves l = leaf_ids[i, t]: (n,)."""
+    out = np.empty(leaf_ids.shape[0])
+    run_ranges(_log_density_range, leaf_ids.shape[0], leaf_ids, X, mean, chol_inv, log_norm, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, out):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
     d = X.shape[1]
-    out = np.empty(n)
-    for i in prange(n):
-        terms = np.empty(n_trees)
+    terms = np.empty(n_trees)
+    for i in range(i0, i1):
         for t in range(n_trees):
             leaf = leaf_ids[i, t]
             q = 0.0
@@ -50,7 +55,6 @@ def _log_density(leaf_ids, X, mean, chol_inv, log_norm):  # pragma: no cover - n
         for t in range(n_trees):
             s += math.exp(terms[t] - top)
         out[i] = top + math.log(s / n_trees)
-    return out
 
 
 def axis_cells(forest: ForestArrays, n_features: int) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +192,8 @@ class DensityForest(UnsupervisedForestBase):
         X = self._checked_input(X)
         leaves = self._apply_checked(X)
         with numba_threads(self.n_jobs):
-            return _log_density(leaves, X.astype(np.float64), self.leaf_mean_, self._chol_inv, self._log_norm)
+            return _log_density(leaves, np.ascontiguousarray(X, dtype=np.float64), self.leaf_mean_, self._chol_inv,
+                                self._log_norm)
 
     def score(self, X, y=None) -> float:
         """Mean log-likelihood of X."""

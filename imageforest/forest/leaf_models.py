@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from imageforest.forest.memory_pages import small_pages
 from imageforest.forest.threads import run_ranges
@@ -51,34 +50,43 @@ def _class_histograms_range(l0, l1, order, wts, unit, labels, leaf_start, leaf_e
                 out[leaf, c] = acc[c] / total
 
 
-@njit(cache=True, parallel=True)
-def tree_average(leaf_ids, table):  # pragma: no cover - numba
+def tree_average(leaf_ids, table):
     """Mean over trees of each point's leaf rows: (n, k) float64 from leaf ids (n, T) and a leaf table (L, k).
 
     With class histograms this is the forest posterior of eq. 2.12; with leaf means, the regression mean.
     """
-    n, n_trees = leaf_ids.shape
+    out = np.zeros((leaf_ids.shape[0], table.shape[1]))
+    run_ranges(_tree_average_range, leaf_ids.shape[0], leaf_ids, table, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _tree_average_range(i0, i1, leaf_ids, table, out):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
     k = table.shape[1]
-    out = np.zeros((n, k))
-    for i in prange(n):
+    for i in range(i0, i1):
         for t in range(n_trees):
             row = table[leaf_ids[i, t]]
             for c in range(k):
                 out[i, c] += row[c]
         for c in range(k):
             out[i, c] /= n_trees
+
+
+def product_posterior(leaf_ids, hist, floor):
+    """Eq. 2.13: normalised product of the trees' posteriors, each floored so no single tree vetoes a class."""
+    out = np.zeros((leaf_ids.shape[0], hist.shape[1]))
+    run_ranges(_product_posterior_range, leaf_ids.shape[0], leaf_ids, hist, float(floor), out)
     return out
 
 
-@njit(cache=True, parallel=True)
-def product_posterior(leaf_ids, hist, floor):  # pragma: no cover - numba
-    """Eq. 2.13: normalised product of the trees' posteriors, each floored so no single tree vetoes a class."""
-    n, n_trees = leaf_ids.shape
+@njit(cache=True, nogil=True)
+def _product_posterior_range(i0, i1, leaf_ids, hist, floor, out):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
     n_classes = hist.shape[1]
-    out = np.zeros((n, n_classes))
     logp = np.empty(n_classes)
-    for i in prange(n):
-        logp = np.zeros(n_classes)
+    for i in range(i0, i1):
+        logp[:] = 0.0
         for t in range(n_trees):
             row = hist[leaf_ids[i, t]]
             for c in range(n_classes):
@@ -90,7 +98,6 @@ def product_posterior(leaf_ids, hist, floor):  # pragma: no cover - numba
             z += out[i, c]
         for c in range(n_classes):
             out[i, c] /= z
-    return out
 
 
 def gaussian_leaves(order, wts, targets, leaf_start, leaf_end, var_floor):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 
 from imageforest.forest.objectives import (
     ENTROPY,
@@ -55,14 +54,20 @@ def partition_configs(n_thresholds: int, two_sided: bool) -> np.ndarray:
     return np.array(pairs, dtype=np.int64)
 
 
-@njit(cache=True, parallel=True)
-def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
+def segment_min_max(resp, seg_start, seg_end):
     """Per node and candidate, the smallest and largest response: two (n_nodes, rho) float32 arrays."""
     n_nodes = seg_start.shape[0]
     rho = resp.shape[0]
     lo = np.empty((n_nodes, rho), dtype=np.float32)
     hi = np.empty((n_nodes, rho), dtype=np.float32)
-    for pair in prange(n_nodes * rho):
+    run_ranges(_segment_min_max_range, n_nodes * rho, resp, seg_start, seg_end, lo, hi)
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def _segment_min_max_range(p0, p1, resp, seg_start, seg_end, lo, hi):  # pragma: no cover - numba
+    rho = resp.shape[0]
+    for pair in range(p0, p1):
         s = pair // rho
         c = pair % rho
         a = np.float32(np.inf)
@@ -73,7 +78,6 @@ def segment_min_max(resp, seg_start, seg_end):  # pragma: no cover - numba
             b = max(b, v)
         lo[s, c] = a
         hi[s, c] = b
-    return lo, hi
 
 
 @njit(cache=True, inline="always")
@@ -389,9 +393,7 @@ def _exhaustive_blocks(b0, b1, n_pairs, longest, resp, seg_start, seg_end, sampl
             threshold[s, c] = t
 
 
-@njit(cache=True, parallel=True)
-def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, best_cand, thr_lo, thr_hi,
-                       split):  # pragma: no cover - numba
+def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, best_cand, thr_lo, thr_hi, split):
     """Stable in-place partition of each split node's points: left-going points first.
 
     `order`/`wts` are the trainer's global arrays; node s of the chunk owns global positions
@@ -399,11 +401,19 @@ def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, be
     """
     n_nodes = seg_start.shape[0]
     n_left = np.zeros(n_nodes, dtype=np.int64)
-    m_total = seg_end[n_nodes - 1] if n_nodes else 0
+    m_total = int(seg_end[n_nodes - 1]) if n_nodes else 0
     # One chunk-wide buffer; node s uses its own slice [seg_start[s], seg_end[s]).
     tmp_o = np.empty(m_total, dtype=order.dtype)
     tmp_w = np.empty(m_total, dtype=wts.dtype)
-    for s in prange(n_nodes):
+    run_ranges(_partition_segments_range, n_nodes, order, wts, positions_start, resp, seg_start, seg_end, best_cand,
+               thr_lo, thr_hi, split, tmp_o, tmp_w, n_left)
+    return n_left
+
+
+@njit(cache=True, nogil=True)
+def _partition_segments_range(s0, s1, order, wts, positions_start, resp, seg_start, seg_end, best_cand, thr_lo,
+                              thr_hi, split, tmp_o, tmp_w, n_left):  # pragma: no cover - numba
+    for s in range(s0, s1):
         if not split[s]:
             continue
         n = seg_end[s] - seg_start[s]
@@ -430,7 +440,6 @@ def partition_segments(order, wts, positions_start, resp, seg_start, seg_end, be
             order[g0 + m] = tmp_o[b0 + m]
             wts[g0 + m] = tmp_w[b0 + m]
         n_left[s] = nl
-    return n_left
 
 
 def segment_stats(order, wts, seg_start, seg_end, criterion, labels, targets, n_blocks, q, n_stats,

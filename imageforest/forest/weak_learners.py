@@ -14,7 +14,6 @@ a conic learner selects an elliptic or hyperbolic band, as in Fig. 2.4(c).
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.features import FeatureFamily
@@ -43,21 +42,24 @@ def _response(kind: int, row: np.ndarray, x: np.ndarray, mean: np.ndarray, inv_s
     return row[4] * e1 * e1 + 2.0 * row[5] * e1 * e2 + row[6] * e2 * e2
 
 
-@njit(cache=True, parallel=True)
-def _responses_kernel(kind, X, mean, inv_std, params, samples, pos_set):  # pragma: no cover - numba
-    m_total = samples.shape[0]
+def _responses_kernel(kind, X, mean, inv_std, params, samples, pos_set):
+    """Responses (rho, M) float32 of each position's set of rho candidate learners."""
+    out = np.empty((params.shape[1], samples.shape[0]), dtype=np.float32)
+    run_ranges(_responses_range, samples.shape[0], kind, X, mean, inv_std, params, samples, pos_set, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _responses_range(m0, m1, kind, X, mean, inv_std, params, samples, pos_set, out):  # pragma: no cover - numba
     rho = params.shape[1]
-    out = np.empty((rho, m_total), dtype=np.float32)
-    for m in prange(m_total):
+    for m in range(m0, m1):
         x = X[samples[m]]
         s = pos_set[m]
         for c in range(rho):
             out[c, m] = np.float32(_response(kind, params[s, c], x, mean, inv_std))
-    return out
 
 
-@njit(cache=True, parallel=True)
-def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - numba
+def _axis_responses_kernel(XT, dims, samples, pos_set):
     """Axis learners are a plain gather from the feature-major copy: out[c, m] = XT[dims[set, c], samples[m]].
 
     When each set's positions are contiguous (as the trainer lays them out), (set, candidate) pairs are visited
@@ -65,49 +67,55 @@ def _axis_responses_kernel(XT, dims, samples, pos_set):  # pragma: no cover - nu
     rho rows for every point (deep levels scatter a chunk's points over the whole row).
     """
     m_total = samples.shape[0]
-    n_sets, rho = dims.shape
-    out = np.empty((rho, m_total), dtype=np.float32)
-    contiguous = True
-    for m in range(1, m_total):
-        if pos_set[m] < pos_set[m - 1]:
-            contiguous = False
-            break
-    if not contiguous:
-        for m in prange(m_total):
-            i = samples[m]
-            s = pos_set[m]
-            for c in range(rho):
-                out[c, m] = XT[dims[s, c], i]
+    n_sets = dims.shape[0]
+    out = np.empty((dims.shape[1], m_total), dtype=np.float32)
+    if m_total > 1 and bool(np.any(pos_set[1:] < pos_set[:-1])):
+        run_ranges(_gather_by_point, m_total, XT, dims, samples, pos_set, out)
         return out
     start = np.zeros(n_sets + 1, dtype=np.int64)
-    for m in range(m_total):
-        start[pos_set[m] + 1] += 1
-    for s in range(n_sets):
-        start[s + 1] += start[s]
+    np.cumsum(np.bincount(pos_set, minlength=n_sets), out=start[1:])
     by_feature = _pairs_by_row(dims)
-    for p in prange(by_feature.shape[0]):
+    run_ranges(_gather_by_feature, by_feature.shape[0], XT, dims, samples, start, by_feature, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _gather_by_point(m0, m1, XT, dims, samples, pos_set, out):  # pragma: no cover - numba
+    rho = dims.shape[1]
+    for m in range(m0, m1):
+        i = samples[m]
+        s = pos_set[m]
+        for c in range(rho):
+            out[c, m] = XT[dims[s, c], i]
+
+
+@njit(cache=True, nogil=True)
+def _gather_by_feature(p0, p1, XT, dims, samples, start, by_feature, out):  # pragma: no cover - numba
+    rho = dims.shape[1]
+    for p in range(p0, p1):
         pair = by_feature[p]
         s = pair // rho
         c = pair % rho
         row = XT[dims[s, c]]
         for m in range(start[s], start[s + 1]):
             out[c, m] = row[samples[m]]
+
+
+def _apply_kernel(kind, X, mean, inv_std, packed, tree_root):
+    """Leaf id per (point, tree), (n, T) int32; `packed` rows are [left, right, thr_lo, thr_hi, params...]
+    (ForestArrays.packed)."""
+    out = np.empty((X.shape[0], tree_root.shape[0]), dtype=np.int32)
+    run_ranges(_apply_range, X.shape[0], kind, X, mean, inv_std, packed, tree_root, out)
     return out
 
 
-@njit(cache=True, parallel=True)
-def _apply_kernel(kind, X, mean, inv_std, packed, tree_root):  # pragma: no cover - numba
-    """Leaf id per (point, tree); `packed` rows are [left, right, thr_lo, thr_hi, params...] (ForestArrays.packed).
-
-    Trees are the outer loop: all points descend one tree while its nodes sit in cache, instead of every point
-    walking the whole forest (which does not fit in cache for large models).
-    """
-    n = X.shape[0]
-    n_trees = tree_root.shape[0]
-    out = np.empty((n, n_trees), dtype=np.int32)
-    for t in range(n_trees):
+@njit(cache=True, nogil=True)
+def _apply_range(i0, i1, kind, X, mean, inv_std, packed, tree_root, out):  # pragma: no cover - numba
+    """Points i0..i1-1. Trees are the outer loop: the points descend one tree while its nodes sit in cache,
+    instead of every point walking the whole forest (which does not fit in cache for large models)."""
+    for t in range(tree_root.shape[0]):
         root = tree_root[t]
-        for i in prange(n):
+        for i in range(i0, i1):
             x = X[i]
             node = root
             while packed[node, 0] >= 0.0:
@@ -118,7 +126,6 @@ def _apply_kernel(kind, X, mean, inv_std, packed, tree_root):  # pragma: no cove
                 go_left = f > packed[node, 2] and f <= packed[node, 3]
                 node = int(packed[node, 0]) if go_left else int(packed[node, 1])
             out[i, t] = -int(packed[node, 0]) - 1
-    return out
 
 
 WALK_LANES = 8  # points one thread walks through a tree at once (6-16 measured alike; 1 is 2.5x slower)
