@@ -92,12 +92,15 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
 @click.option("--balanced", is_flag=True, help="Weigh parts equally (raises the mean per-part accuracy).")
 @click.option("--tree-share", type=float, default=None,
               help="Share of the pixels each tree grows on, drawn per tree (default: all; e.g. 0.5).")
+@click.option("--thresholds", type=click.Choice(["data", "range"]), default="data", show_default=True,
+              help="Draw a probe's thresholds from the node's responses, or uniformly over their range.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its card.")
 @click.option("--threads", type=int, default=None, help="Threads (default: all cores).")
 def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, images: int | None,
                             pixels_per_image: int, candidates: int, reach: float, balanced: bool,
-                            tree_share: float | None, seed: int, name: str, threads: int | None) -> None:
+                            tree_share: float | None, thresholds: str, seed: int, name: str,
+                            threads: int | None) -> None:
     """Train a body-parts model on DATA: rendered bodies (data_scripts/render_bodies.py) or hand-depth-parts."""
     check_training_options(out, (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
                                  ("--pixels-per-image", pixels_per_image, 1)))
@@ -109,12 +112,14 @@ def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, i
         model, summary = train_bodyparts(data_dir, n_trees=trees, max_depth=depth, n_images=images,
                                          pixels_per_image=pixels_per_image, n_candidates=candidates,
                                          reach_m=reach, class_weight="balanced" if balanced else None,
-                                         max_samples=tree_share, random_state=seed, n_jobs=threads,
+                                         max_samples=tree_share, threshold_sampling=thresholds,
+                                         random_state=seed, n_jobs=threads,
                                          progress=lambda msg: click.echo(msg, err=True))
         model.model_card_ = {"name": name, "trained_on": str(data_dir), **summary,
                              "recipe": {"trees": trees, "depth": depth, "candidates": candidates,
                                         "pixels_per_image": pixels_per_image, "reach_m": reach,
-                                        "balanced": balanced, "tree_share": tree_share, "seed": seed}}
+                                        "balanced": balanced, "tree_share": tree_share, "thresholds": thresholds,
+                                        "seed": seed}}
         model.save(out)
     except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None

@@ -24,7 +24,7 @@ import numpy as np
 from imageforest.apps.bodyparts.depth import Camera, check_depth
 from imageforest.apps.bodyparts.joints import JointProposal, propose_joints, smooth_posteriors
 from imageforest.estimators.base import numba_threads
-from imageforest.estimators.params import Real, Rule
+from imageforest.estimators.params import Options, Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.features import DepthProbes, ImageStack
 from imageforest.imaging.forests import ImageClassificationForest, all_points
@@ -76,6 +76,12 @@ class BodyPartsForest(ImageClassificationForest):
         Pixels each tree grows on, drawn without replacement (a count or a share of the training pixels; None: all).
         Shotton et al. train every tree on its own random images: at the same fit time per tree, the trees see
         more bodies between them.
+    threshold_sampling : {"data", "range"}
+        How a candidate probe's 16 thresholds are drawn: "data", the responses of 16 random pixels of the node;
+        "range", uniform over the node's [min, max]. A probe off the body reads the background (1e6 mm), so a
+        node's responses span about 2e6 mm while differences between body pixels span a few hundred: uniform draws
+        mostly fall in the gap between them. "data" gives the rendered bodies +0.04 mean per-part accuracy; the
+        hands of hand-depth-parts do better with "range".
     bandwidth_mm : float
         Width of the mean-shift kernel over 3-D body points for joint proposals.
     vote_threshold : float
@@ -96,18 +102,24 @@ class BodyPartsForest(ImageClassificationForest):
     _parameter_constraints: ClassVar[dict[str, Rule]] = {**ImageClassificationForest._parameter_constraints,
                                                          "bandwidth_mm": Real(1.0, 1000.0),
                                                          "vote_threshold": Real(0.0, 1.0),
-                                                         "smoothing_mm": Real(0.0, 1e4)}
+                                                         "smoothing_mm": Real(0.0, 1e4),
+                                                         "threshold_sampling": Options(choices=("data", "range"))}
 
     def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
                  n_candidates=200, class_weight=None, min_samples_leaf: int = 1, max_samples=None,
                  bandwidth_mm: float = 65.0, vote_threshold: float = 0.14, smoothing_mm: float = 30.0,
-                 random_state=None, n_jobs: int | None = None) -> None:
+                 threshold_sampling: str = "data", random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(features, n_trees=n_trees, max_depth=max_depth, n_candidates=n_candidates,
                          class_weight=class_weight, min_samples_leaf=min_samples_leaf, max_samples=max_samples,
                          random_state=random_state, n_jobs=n_jobs)
         self.bandwidth_mm = bandwidth_mm
         self.vote_threshold = vote_threshold
         self.smoothing_mm = smoothing_mm
+        self.threshold_sampling = threshold_sampling
+
+    @property
+    def _threshold_sampling(self) -> str:  # what the trainer reads (a class constant in other forests)
+        return self.threshold_sampling
 
     def _family(self) -> DepthProbes:
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)

@@ -58,11 +58,11 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
                     n_images: int | None = None, pixels_per_image: int = RECIPE["pixels_per_image"],
                     n_candidates: int = RECIPE["n_candidates"], reach_m: float = RECIPE["reach_m"],
                     min_samples_leaf: int = RECIPE["min_samples_leaf"], class_weight: str | None = None,
-                    max_samples: int | float | None = None,
+                    max_samples: int | float | None = None, threshold_sampling: str = "data",
                     random_state: int = RECIPE["random_state"], n_jobs: int | None = None,
                     progress: Callable[[str], None] | None = None) -> tuple[BodyPartsForest, dict]:
     """Train on the first `n_images` maps of a folder (all by default); each tree on `max_samples` of the pixels
-    (a count or a share; None: all of them).
+    (a count or a share; None: all of them); `threshold_sampling` as `BodyPartsForest` takes it.
 
     Returns
     -------
@@ -103,7 +103,7 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
         f"{n_trees} trees of depth {max_depth}")
     forest = BodyPartsForest(DepthProbes(max_offset=reach_m * 1000.0 * focal), n_trees=n_trees, max_depth=max_depth,
                              n_candidates=n_candidates, min_samples_leaf=min_samples_leaf, class_weight=class_weight,
-                             max_samples=max_samples,
+                             max_samples=max_samples, threshold_sampling=threshold_sampling,
                              smoothing_mm=0.05 * reach_m * 1000.0, random_state=random_state, n_jobs=n_jobs)
     joint_parts = data.joint_parts()
     t1 = time.perf_counter()

@@ -100,16 +100,19 @@ def test_train_bodyparts_on_both_layouts(renders, tmp_path):
     assert m.model_card_["name"] == "tiny" and m.model_card_["maps"] == 12 and len(m.joint_parts_) == 16
     hands = hand_layout(renders, tmp_path / "hands", 8)
     result = run("train-bodyparts", hands, "-o", tmp_path / "h.npz", "--depth", 8, "--candidates", 20,
-                 "--tree-share", 0.5)
+                 "--tree-share", 0.5, "--thresholds", "range")
     assert result.exit_code == 0, result.output
     h = load_body_model(tmp_path / "h.npz")
     assert h.part_names_ == ["forearm", "palm", "fingers", "thumb"] and set(h.joint_parts_) == set(h.part_names_)
     assert h.max_samples == 0.5 and h.model_card_["recipe"]["tree_share"] == 0.5
+    assert m.threshold_sampling == "data" and h.threshold_sampling == "range"  # saved with the model
+    assert h.model_card_["recipe"]["thresholds"] == "range"
     # each tree grew on half of the pixels (unit weights: a root's weight is its pixel count)
     assert np.array_equal(h.forest_.weight[h.forest_.tree_root], np.full(3, h.model_card_["pixels"] // 2))
     assert "--tree-share" in one_line_error(run("train-bodyparts", hands, "-o", tmp_path / "y.npz",
                                                 "--tree-share", 1.5))
     assert "no *_depth.png" in one_line_error(run("train-bodyparts", tmp_path, "-o", tmp_path / "x.npz"))
+    assert "--thresholds" in run("train-bodyparts", hands, "-o", tmp_path / "z.npz", "--thresholds", "mid").output
     assert ".npz" in one_line_error(run("train-bodyparts", renders, "-o", tmp_path / "x.pkl"))
 
 

@@ -48,6 +48,17 @@ def test_model_file_round_trip_and_card(body_model_path, held_out, tmp_path):
     assert np.allclose(a.probabilities[depth > 0].sum(axis=1), 1.0, atol=1e-4)
 
 
+def test_split_thresholds_are_drawn_among_the_probe_responses(body_model_path):
+    """A probe off the body reads 1e6 mm, so responses are body differences (a few metres at most) or about +-1e6;
+    thresholds drawn from the responses never fall in the gap between, where uniform draws over [min, max] would
+    put most of them."""
+    forest = load_body_model(body_model_path).forest_
+    thr = np.abs(forest.thr_hi[forest.child >= 0])
+    assert thr.size > 100
+    assert np.mean(thr < 1e4) > 0.2  # splits between body depths
+    assert not np.any((thr > 1e4) & (thr < 9e5))
+
+
 def test_probes_scale_with_the_focal_length(body_model_path, make_renders, tmp_path):
     """The same body seen by a camera with twice the resolution and focal length gets the same parts."""
     small = open_dataset(make_renders(tmp_path / "s", 2, 21, 320, 240))
