@@ -90,6 +90,10 @@ def test_refuses_bad_input_and_other_models(body_model_path, tmp_path):
         load_body_model(tmp_path / "other.npz")
     with pytest.raises(ModelFormatError, match="no such model file"):
         load_body_model(tmp_path / "missing.npz")
+    from imageforest.apps.bodyparts.training import train_bodyparts
+
+    with pytest.raises(InvalidInputError, match="threshold_sampling"):
+        train_bodyparts(tmp_path, threshold_sampling="mid")  # refused before any map is read
 
 
 def test_a_seed_fixes_the_model_bytes_whatever_the_thread_count(renders, tmp_path):
