@@ -30,6 +30,7 @@ from imageforest.imaging.features import DepthProbes, ImageStack
 from imageforest.imaging.forests import ImageClassificationForest, all_points
 
 MAX_PARTS = 64
+THRESHOLD_SAMPLINGS = ("data", "range")  # how a candidate probe's thresholds are drawn (BodyPartsForest)
 
 
 @dataclass
@@ -103,7 +104,7 @@ class BodyPartsForest(ImageClassificationForest):
                                                          "bandwidth_mm": Real(1.0, 1000.0),
                                                          "vote_threshold": Real(0.0, 1.0),
                                                          "smoothing_mm": Real(0.0, 1e4),
-                                                         "threshold_sampling": Options(choices=("data", "range"))}
+                                                         "threshold_sampling": Options(choices=THRESHOLD_SAMPLINGS)}
 
     def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
                  n_candidates=200, class_weight=None, min_samples_leaf: int = 1, max_samples=None,

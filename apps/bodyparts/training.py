@@ -68,8 +68,9 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
     -------
     the fitted forest, and a summary (layout, maps, pixels, seconds)
     """
-    if threshold_sampling not in ("data", "range"):
-        raise InvalidInputError(f"threshold_sampling must be 'data' or 'range', got {threshold_sampling!r}")
+    rule = BodyPartsForest._parameter_constraints["threshold_sampling"]  # checked before any map is read
+    if not rule.accepts(threshold_sampling):
+        raise InvalidInputError(f"threshold_sampling must be {rule.describe()}, got {threshold_sampling!r}")
     say = progress or (lambda _msg: None)
     data = open_dataset(data_dir)
     samples = data.samples if n_images is None else data.samples[:n_images]

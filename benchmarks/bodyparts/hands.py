@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._measure import measure, mib
 from benchmarks.bodyparts.common import Confusion, probe_forest_peer
 from imageforest.apps.bodyparts import open_dataset, train_bodyparts
+from imageforest.apps.bodyparts.model import THRESHOLD_SAMPLINGS
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hand-depth-parts"
 N_TEST = 96
@@ -135,7 +136,7 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=6)
     ap.add_argument("--tree-share", type=float, default=0.5, help="share of the pixels each tree grows on (1: all)")
     ap.add_argument("--reach", type=float, default=2.0, help="probe reach (m at the default focal length)")
-    ap.add_argument("--thresholds", choices=("data", "range"), default="range",
+    ap.add_argument("--thresholds", choices=THRESHOLD_SAMPLINGS, default="range",
                     help="how probe thresholds are drawn (the hands do better with range; bodies with data)")
     ap.add_argument("--unet-minutes", type=float, default=15.0)
     ap.add_argument("--no-unet", action="store_true")
