@@ -51,5 +51,30 @@ def wider() -> None:
     print(f"wider engine kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
+def variants() -> None:
+    from imageforest import ClassificationForest, RegressionForest, SemiSupervisedForest
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    ClassificationForest(2, growth="alternating", loss="tangent", random_state=0).fit(X, y).predict(X)
+    for variant in ("denil", "biau08", "biau12"):
+        RegressionForest(2, variant=variant, random_state=0).fit(X, X[:, 0]).predict(X)
+    online = ClassificationForest(2, random_state=0)
+    for a in (0, 200):  # the second call updates grown leaves, a read completes them
+        online.partial_fit(X[a:a + 200], y[a:a + 200], classes=[0, 1])
+    online.predict(X)
+    RegressionForest(2, random_state=0).partial_fit(X, X[:, 0]).predict(X)
+    partial = np.where(np.arange(400) < 20, y, -1)
+    SemiSupervisedForest(n_trees=2, random_state=0).fit(X, partial).predict_proba(X)
+    print(f"variant kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
+
+
 if __name__ == "__main__":
-    wider() if "--wider" in sys.argv[1:] else main()
+    if "--variants" in sys.argv[1:]:
+        variants()
+    elif "--wider" in sys.argv[1:]:
+        wider()
+    else:
+        main()
