@@ -57,6 +57,8 @@ class ClassificationForest(BaseForest):
         all trees grow one depth at a time, and after each depth every training point is weighted by the gradient
         of the global `loss` at the forest's margin on it, so the next depth's weighted entropy concentrates on
         the points the forest still gets wrong. Leaf histograms use the points' own weights. Not with bootstrap.
+        A fit takes 1.1-2x an independent forest's (the margins of every point at every depth cost most where
+        classes are many and candidates few).
     loss : {"logit", "exponential", "savage", "tangent", "hinge"}
         The global loss of alternating growth.
     online_min_samples : int
