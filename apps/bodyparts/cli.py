@@ -92,6 +92,8 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
 @click.option("--balanced", is_flag=True, help="Weigh parts equally (raises the mean per-part accuracy).")
 @click.option("--tree-share", type=float, default=None,
               help="Share of the pixels each tree grows on, drawn per tree (default: all; e.g. 0.5).")
+# model.THRESHOLD_SAMPLINGS, written out: importing the model module here would load the forest for every command
+# (a test keeps the two the same)
 @click.option("--thresholds", type=click.Choice(["data", "range"]), default="data", show_default=True,
               help="Draw a probe's thresholds from the node's responses, or uniformly over their range.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")

@@ -113,6 +113,11 @@ def test_train_bodyparts_on_both_layouts(renders, tmp_path):
                                                 "--tree-share", 1.5))
     assert "no *_depth.png" in one_line_error(run("train-bodyparts", tmp_path, "-o", tmp_path / "x.npz"))
     assert "--thresholds" in run("train-bodyparts", hands, "-o", tmp_path / "z.npz", "--thresholds", "mid").output
+    from imageforest.apps.bodyparts.cli import train_bodyparts_command
+    from imageforest.apps.bodyparts.model import THRESHOLD_SAMPLINGS
+
+    option = next(p for p in train_bodyparts_command.params if p.name == "thresholds")
+    assert tuple(option.type.choices) == THRESHOLD_SAMPLINGS
     assert ".npz" in one_line_error(run("train-bodyparts", renders, "-o", tmp_path / "x.pkl"))
 
 
