@@ -3,8 +3,9 @@
 A first fit in a new environment otherwise spends 8-13 s compiling (`benchmarks/engine/first_run.py`): the default
 classification and regression forests, and the depth-first subtree kernels that fits on matrices of 512 KiB and
 more take (one threshold or many, the same kernels: the count is a run-time value). `--wider` compiles the other
-common settings instead: random-forest settings (bagging, every threshold), sample weights, oblique weak learners,
-several regression targets and density forests (`make install` runs both, on separate cores).
+common settings instead: random-forest settings (bagging, every threshold), sample weights (on small and large
+matrices), oblique weak learners, several regression targets and density forests (`make install` runs both, on
+separate cores).
 
     python -m imageforest.warmup [--wider]
 """
@@ -45,6 +46,12 @@ def wider() -> None:
         RegressionForest(2, n_thresholds=None, bootstrap=True, criterion="squared_error",
                          random_state=0).fit(data, data[:, 0])
     ClassificationForest(2, random_state=0).fit(X, y, sample_weight=w).predict(X)
+    # weights on a matrix large enough for depth-first subtrees (20,000 x 8 float32: 640 KB) take kernels of their
+    # own: sample weights, class_weight and bagging with random thresholds (8 s of compiling in a first fit)
+    wide = rng.normal(size=(20_000, 8)).astype(np.float32)
+    wide_w = rng.uniform(0.5, 2.0, wide.shape[0])
+    ClassificationForest(2, random_state=0).fit(wide, (wide[:, 0] > 0).astype(int), sample_weight=wide_w)
+    RegressionForest(2, random_state=0).fit(wide, wide[:, 0], sample_weight=wide_w)
     ClassificationForest(2, weak_learner="oblique", random_state=0).fit(X, y).predict(X)
     RegressionForest(2, random_state=0).fit(X, X[:, :2]).predict(X)
     DensityForest(2, max_depth=3, random_state=0).fit(X[:, :2]).score_samples(X[:, :2])
