@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 		--python $(BIN)/python -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]" ) \
 	|| $(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m compileall -q imageforest apps plugins > /dev/null
-	# numba's cache, filled on both cores: the engine's kernels then the localizer's training path, the body-parts
-	# kernels then the papers' variants, beside the localizer's, the detector's and the engine's other common settings
-	( $(BIN)/python -m imageforest.warmup && $(BIN)/python -m imageforest.apps.localize.scripts.warmup --training ) \
-		& engine=$$!; \
+	# numba's cache, filled on both cores: the engine's kernels, the localizer's training path and the segmentation's,
+	# the body-parts kernels then the papers' variants, beside the localizer's, the detector's and the engine's other
+	# common settings
+	( $(BIN)/python -m imageforest.warmup && $(BIN)/python -m imageforest.apps.localize.scripts.warmup --training \
+		&& $(BIN)/python -m imageforest.apps.segment.scripts.warmup ) & engine=$$!; \
 	( $(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup && $(BIN)/python -m imageforest.warmup --variants ) \
 		& parts=$$!; \
 	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup \
