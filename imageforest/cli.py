@@ -1,7 +1,8 @@
 """The `imageforest` command: a thin shell over the applications (errors become one line and a non-zero exit).
 
-Each application's `cli.py` holds its click commands; they are imported only when named, so `imageforest --version`
-or one application's command never pays for the others.
+Each application's `cli.py` holds its click commands (and `imageforest.model_info` the one that reads every kind
+of model file); they are imported only when named, so `imageforest --version` or one application's command never
+pays for the others.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import click
 APP_COMMANDS = {
     "localize": "imageforest.apps.localize.cli",
     "train-localizer": "imageforest.apps.localize.cli",
-    "model-info": "imageforest.apps.localize.cli",
+    "model-info": "imageforest.model_info",
     "segment": "imageforest.apps.segment.cli",
     "bodyparts": "imageforest.apps.bodyparts.cli",
     "train-bodyparts": "imageforest.apps.bodyparts.cli",

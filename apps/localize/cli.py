@@ -2,7 +2,6 @@
 
     imageforest localize SCAN [SCAN ...] [--model PATH] [--organs NAME,...] [-o OUT] [--overlay PNG] [--mask NIFTI]
         [--compact]
-    imageforest model-info [MODEL] [--json]
     imageforest train-localizer DATA_DIR -o MODEL.npz [--organs NAME,...] [--trees T] [--depth D]
         [--refine-spacing MM] ...
 """
@@ -170,35 +169,6 @@ def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str
         sys.exit(1)
 
 
-@click.command("model-info")
-@click.argument("model_path", required=False, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="The card as JSON.")
-def model_info(model_path: Path | None, as_json: bool) -> None:
-    """Print a localizer model's card: organs, training data, recipe, measured figures (default: the shipped
-    model)."""
-    try:
-        from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
-
-        model = load_localizer(model_path)
-    except (ImageForestError, OSError) as exc:
-        raise _fail(str(exc)) from None
-    card = {"file": str(model_path or DEFAULT_MODEL), "organs": list(model.organs),
-            "model_card": getattr(model, "model_card_", {}) or {},
-            "training_summary": getattr(model, "training_summary_", {}) or {},
-            "settings": model._saved_hyper_parameters()}
-    if as_json:
-        click.echo(json.dumps(card, indent=2))
-        return
-    click.echo(f"file: {card['file']}")
-    click.echo(f"organs: {', '.join(card['organs'])}")
-    for section in ("model_card", "training_summary"):
-        for key, value in card[section].items():
-            if isinstance(value, list) and len(value) > 8:  # e.g. the training cases: their count and ends
-                value = f"{len(value)}: {', '.join(map(str, value[:3]))}, ..., {value[-1]}"
-            click.echo(f"{key}: {value if not isinstance(value, (dict, list)) else json.dumps(value)}")
-    click.echo("settings: " + ", ".join(f"{k}={v}" for k, v in card["settings"].items()))
-
-
 @click.command("train-localizer")
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
@@ -257,4 +227,4 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
 
 
 # The commands this application adds to `imageforest`.
-commands = click.Group("localize-app", commands=[localize, train_localizer, model_info])
+commands = click.Group("localize-app", commands=[localize, train_localizer])
