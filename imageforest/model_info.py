@@ -17,7 +17,7 @@ import numpy as np
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError, ModelFormatError
 
-# estimator name in a file's metadata -> "module:class" whose `load` reads it (imported only for that file)
+# estimator name in a file's metadata -> "module:class" whose `from_record` validates it (imported for that file only)
 READERS = {
     "ClassificationForest": "imageforest.estimators.classification:ClassificationForest",
     "RegressionForest": "imageforest.estimators.regression:RegressionForest",

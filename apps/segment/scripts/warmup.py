@@ -1,8 +1,8 @@
 """Compile the segmentation numba kernels into the on-disk cache (run by `make install`).
 
 Without this step the first segmentation after an install (`imageforest segment`, or the first stroke in napari)
-would spend about two seconds compiling the geodesic distances and the posterior pooling, for pictures and again
-for volumes.
+would spend about two seconds compiling the geodesic distances and the posterior pooling. A picture and a volume
+are segmented, as their paths differ (volumes weigh classes, for one).
 
     python -m imageforest.apps.segment.scripts.warmup
 """
