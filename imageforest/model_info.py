@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from imageforest.cli import fail
+from imageforest.estimators.files import FORESTS_KEY
 from imageforest.exceptions import ImageForestError, ModelFormatError
 
 # estimator name in a file's metadata -> "module:class" whose `from_record` validates it (imported for that file only)
@@ -30,7 +31,8 @@ READERS = {
     "BodyPartsForest": "imageforest.apps.bodyparts.model:BodyPartsForest",
     "SegmentationForest": "imageforest.apps.segment.model:SegmentationForest",
 }
-LOCALIZER = "OrganLocalizer"  # a file of several forests: its first one says what the file is
+LOCALIZER = "OrganLocalizer"  # files of several named forests are localizers (older ones: one record)
+APP_FIELDS = ("part_names", "threshold", "image_kind", "n_channels")  # what an application's model reads
 LONG_LIST = 8  # lists longer than this print as their count, first three and last
 
 
@@ -40,15 +42,15 @@ def describe(path: Path | None) -> dict:
     Raises ModelFormatError for a file that is no model of this suite, or that its reader refuses, and
     FileNotFoundError for a missing file.
     """
-    if path is None:
-        return _localizer_card(None)
-    from imageforest.forest.serialization import load_model
+    from imageforest.forest.serialization import load_model, model_file
 
+    if path is None:
+        from imageforest.apps.localize.api import DEFAULT_MODEL
+
+        path = model_file(None, DEFAULT_MODEL)
     meta, arrays = load_model(path)
-    forests = meta.get("forests")
-    if isinstance(forests, dict) and isinstance(forests.get("first"), dict) and \
-            forests["first"].get("estimator") == LOCALIZER:
-        return _localizer_card(path)
+    if FORESTS_KEY in meta or meta.get("estimator") == LOCALIZER:  # several named forests, or the older layout
+        return _localizer_card(meta, arrays, path)
     name = str(meta.get("estimator"))
     if name not in READERS:
         raise ModelFormatError(f"{path}: holds a {name!r} model, which model-info does not know "
@@ -65,7 +67,7 @@ def describe(path: Path | None) -> dict:
     classes = getattr(model, "classes_", None)
     if classes is not None:
         card["classes"] = np.asarray(classes).tolist()
-    for key in ("part_names", "threshold", "image_kind", "n_channels"):  # what an application's model reads
+    for key in APP_FIELDS:
         if key in meta:
             card[key] = meta[key]
     card["model_card"] = getattr(model, "model_card_", None) or meta.get("model_card", {})
@@ -73,11 +75,11 @@ def describe(path: Path | None) -> dict:
     return card
 
 
-def _localizer_card(path: Path | None) -> dict:
-    from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
+def _localizer_card(meta: dict, arrays: dict, path: Path) -> dict:
+    from imageforest.apps.localize.files import localizer_from_record
 
-    model = load_localizer(path)
-    return {"file": str(path or DEFAULT_MODEL), "organs": list(model.organs),
+    model = localizer_from_record(meta, arrays, str(path))
+    return {"file": str(path), "organs": list(model.organs),
             "model_card": getattr(model, "model_card_", {}) or {},
             "training_summary": getattr(model, "training_summary_", {}) or {},
             "settings": model._saved_hyper_parameters()}
@@ -103,7 +105,7 @@ def card_text(card: dict) -> list[str]:
         n_in = card["n_features_in"]
         lines.append(f"forest: {f['trees']} trees, {f['nodes']:,} nodes, {f['leaves']:,} leaves, depth up to "
                      f"{f['max_depth']}; {n_in} input feature{'' if n_in == 1 else 's'}")
-        for key in ("classes", "part_names", "threshold", "image_kind", "n_channels"):
+        for key in ("classes", *APP_FIELDS):
             if key in card:
                 lines.append(f"{key}: {_value(card[key])}")
         lines += [f"{key}: {_value(value)}" for key, value in card["model_card"].items()]

@@ -41,8 +41,9 @@ def wider() -> None:
     w = rng.uniform(0.5, 2.0, 500)
     # random-forest settings: 500 points grow depth-first from the root, 20,000 level-wise above 8,192 points too
     big = rng.normal(size=(20_000, 4)).astype(np.float32)
+    X64 = X.astype(np.float64)
     # every threshold reads the points as given, so float64 (most users' arrays) takes kernels of its own
-    for data, labels in ((X, y), (X.astype(np.float64), y), (big, (big[:, 0] > 0).astype(int))):
+    for data, labels in ((X, y), (X64, y), (big, (big[:, 0] > 0).astype(int))):
         ClassificationForest(2, n_thresholds=None, bootstrap=True, random_state=0).fit(data, labels).predict(data)
         RegressionForest(2, n_thresholds=None, bootstrap=True, criterion="squared_error",
                          random_state=0).fit(data, data[:, 0])
@@ -55,7 +56,6 @@ def wider() -> None:
     RegressionForest(2, random_state=0).fit(wide, wide[:, 0], sample_weight=wide_w)
     ClassificationForest(2, weak_learner="oblique", random_state=0).fit(X, y).predict(X)
     RegressionForest(2, random_state=0).fit(X, X[:, :2]).predict(X)
-    X64 = X.astype(np.float64)
     RegressionForest(2, max_depth=3, leaf_model="linear", random_state=0).fit(X64, X64[:, 0]).predict(X64)
     ClassificationForest(2, posterior="product", random_state=0).fit(X64, y).predict(X64)
     DensityForest(2, max_depth=3, random_state=0).fit(X[:, :2]).score_samples(X[:, :2])

@@ -59,7 +59,12 @@ def write_localizer(model: OrganLocalizer, path: str | os.PathLike) -> None:
 def read_localizer(path: str | os.PathLike) -> OrganLocalizer:
     """The localizer in `path`, every stage checked, and the stages checked against the first stage's settings."""
     meta, arrays = load_model(path)
-    source = str(path)
+    return localizer_from_record(meta, arrays, str(path))
+
+
+def localizer_from_record(meta: dict, arrays: dict[str, np.ndarray], source: str = "model") -> OrganLocalizer:
+    """The localizer a model file's (metadata, arrays) hold, checked as `read_localizer` checks a file; `source`
+    names it in error messages."""
     if FORESTS_KEY not in meta:
         meta, arrays = legacy_record(meta, arrays, source)
     _, forests = unpack_forests(meta, arrays, STAGE_CLASSES, source)

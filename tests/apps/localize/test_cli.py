@@ -186,12 +186,18 @@ def test_nothing_is_lost_in_a_batch(workspace: Path, tmp_path: Path, monkeypatch
     assert len(docs) == 1 and docs[0]["scan"].endswith("p2/ct.nii.gz") and len(r.stdout.strip().splitlines()) == 1
 
 
-def test_usage_errors_are_one_line_and_model_info(workspace: Path):
+def test_usage_errors_are_one_line_and_model_info(workspace: Path, tmp_path: Path, legacy_layout):
     proc = subprocess.run([sys.executable, "-m", "imageforest.cli", "localize", "--threads", "abc", "x.nii.gz"],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("Error: ")
     r = run("model-info", workspace / "model.npz")
     assert r.exit_code == 0 and "organs: Brainstem" in r.output and "name: test-phantoms" in r.output
+    # a file of the older single-record layout gets the same card
+    from imageforest.forest.serialization import save_model
+
+    save_model(tmp_path / "old.npz", *legacy_layout(OrganLocalizer.load(workspace / "model.npz")))
+    old = run("model-info", tmp_path / "old.npz")
+    assert old.exit_code == 0 and old.output.splitlines()[1:] == r.output.splitlines()[1:]
     assert "no such model file" in one_line_error(run("model-info", workspace / "missing.npz"))
 
 
