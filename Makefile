@@ -20,16 +20,9 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 		--python $(BIN)/python -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]" ) \
 	|| $(BIN)/python -m pip install --quiet -e ".[dev,dask]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m compileall -q imageforest apps plugins > /dev/null
-	# numba's cache, filled on both cores: the engine's kernels, the localizer's training path and the segmentation's,
-	# the body-parts kernels then the papers' variants, beside the localizer's, the detector's and the engine's other
-	# common settings
-	( $(BIN)/python -m imageforest.warmup && $(BIN)/python -m imageforest.apps.localize.scripts.warmup --training \
-		&& $(BIN)/python -m imageforest.apps.segment.scripts.warmup ) & engine=$$!; \
-	( $(BIN)/python -m imageforest.apps.bodyparts.scripts.warmup && $(BIN)/python -m imageforest.warmup --variants ) \
-		& parts=$$!; \
-	$(BIN)/python -m imageforest.apps.localize.scripts.warmup && $(BIN)/python -m imageforest.apps.detect.scripts.warmup \
-		&& $(BIN)/python -m imageforest.warmup --wider; \
-	status=$$?; wait $$parts && wait $$engine && test $$status -eq 0
+	# numba's cache, filled on both cores: the engine's common kernels, its wider settings and the papers' variants,
+	# then every installed application's warm-up (found through the imageforest.apps entry points), each in a process
+	$(BIN)/python -m imageforest.warmup --all --jobs 3
 	touch $(STAMP)
 
 # Both cores, each test module on one worker so that its module fixtures (trained models) are built once. Only the

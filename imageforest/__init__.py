@@ -28,6 +28,8 @@ from imageforest.exceptions import (
 )
 
 _LAZY = {
+    "App": "imageforest.applications",
+    "BaseForest": "imageforest.estimators.base",
     "ClassificationForest": "imageforest.estimators.classification",
     "DensityForest": "imageforest.estimators.density",
     "ManifoldForest": "imageforest.estimators.manifold",
@@ -40,6 +42,8 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
+    "App",
+    "BaseForest",
     "ClassificationForest",
     "DensityForest",
     "ImageForestError",

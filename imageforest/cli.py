@@ -1,26 +1,21 @@
-"""The `imageforest` command: a thin shell over the applications (errors become one line and a non-zero exit).
+"""The `imageforest` command: a thin shell over the installed applications (errors become one line and a non-zero
+exit).
 
-Each application's `cli.py` holds its click commands (and `imageforest.model_info` the one that reads every kind
-of model file); they are imported only when named, so `imageforest --version` or one application's command never
-pays for the others.
+Commands come from the applications' entry points (`imageforest.applications`) beside the suite's own
+`model-info`; a command's module is imported only when it runs, so `imageforest --version` or one application's
+command never pays for the others.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
-# command name -> the application module whose `commands` group defines it
-APP_COMMANDS = {
-    "localize": "imageforest.apps.localize.cli",
-    "train-localizer": "imageforest.apps.localize.cli",
-    "model-info": "imageforest.model_info",
-    "segment": "imageforest.apps.segment.cli",
-    "bodyparts": "imageforest.apps.bodyparts.cli",
-    "train-bodyparts": "imageforest.apps.bodyparts.cli",
-    "detect": "imageforest.apps.detect.cli",
-    "train-detector": "imageforest.apps.detect.cli",
+from imageforest.applications import AppLoadError, LazyCommand, app_commands, lazy_command
+
+# The suite's own commands (the applications add theirs through their entry points).
+OWN_COMMANDS = {
+    "model-info": lazy_command("model-info", "imageforest.model_info:model_info",
+                               "Print a model file's card (any imageforest model)."),
 }
 
 
@@ -30,15 +25,32 @@ def fail(message: str) -> click.ClickException:
 
 
 class _LazyGroup(click.Group):
-    """A group whose application commands are imported on first use."""
+    """A group whose commands are the installed applications', imported on first use."""
+
+    def _known(self) -> dict[str, click.Command]:
+        try:
+            return {**app_commands(), **OWN_COMMANDS}
+        except AppLoadError as exc:
+            raise fail(str(exc)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *APP_COMMANDS})
+        return sorted({*super().list_commands(ctx), *self._known()})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in APP_COMMANDS:
-            return importlib.import_module(APP_COMMANDS[name]).commands.get_command(ctx, name)
-        return super().get_command(ctx, name)
+        command = self._known().get(name) or super().get_command(ctx, name)
+        return command.load() if isinstance(command, LazyCommand) else command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from each command's one-line help, without importing lazy commands."""
+        known = self._known()
+        rows = []
+        for name in self.list_commands(ctx):
+            command = known.get(name) or super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

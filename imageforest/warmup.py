@@ -5,15 +5,20 @@ classification and regression forests, and the depth-first subtree kernels that 
 more take (one threshold or many, the same kernels: the count is a run-time value). `--wider` compiles the other
 common settings instead: random-forest settings (bagging, every threshold; float32 and float64 points), sample
 weights (on small and large matrices), oblique weak learners, several regression targets, linear leaves, product
-posteriors and density forests (`make install` runs both, on separate cores).
+posteriors and density forests; `--variants` the papers' variants (alternating, consistent, online and
+semi-supervised forests). `--apps` runs the warm-up each installed application declares (`imageforest.App.warmup`),
+or those named. `--all` runs every one of these in its own process, `--jobs` at a time (what `make install` runs).
 
-    python -m imageforest.warmup [--wider]
+    python -m imageforest.warmup [--wider | --variants | --apps [NAME ...] | --all [--jobs N]]
 """
 
 from __future__ import annotations
 
+import argparse
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -82,10 +87,40 @@ def variants() -> None:
     print(f"variant kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
+def everything(jobs: int) -> int:
+    """Every warm-up (the engine's three, then each installed application's) in its own process, `jobs` at a time;
+    the exit code is non-zero when any failed."""
+    from imageforest.applications import installed_apps
+
+    runs = [["--variants"], ["--wider"], *(["--apps", app.name] for app in installed_apps() if app.warmup)]
+    runs.insert(0, [])  # the engine's common kernels first: the others reuse many of them
+
+    def one(args: list[str]) -> int:
+        return subprocess.run([sys.executable, "-m", "imageforest.warmup", *args], check=False).returncode
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        codes = list(pool.map(one, runs))
+    return max(codes)
+
+
 if __name__ == "__main__":
-    if "--variants" in sys.argv[1:]:
+    parser = argparse.ArgumentParser(prog="python -m imageforest.warmup", description=__doc__.splitlines()[0])
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--wider", action="store_true", help="the engine's other common settings")
+    kind.add_argument("--variants", action="store_true", help="the papers' variants")
+    kind.add_argument("--apps", nargs="*", metavar="NAME", help="the installed applications' warm-ups (or those named)")
+    kind.add_argument("--all", action="store_true", help="every warm-up, each in its own process")
+    parser.add_argument("--jobs", type=int, default=2, help="processes at a time with --all (default 2)")
+    args = parser.parse_args()
+    if args.all:
+        sys.exit(everything(args.jobs))
+    elif args.variants:
         variants()
-    elif "--wider" in sys.argv[1:]:
+    elif args.wider:
         wider()
+    elif args.apps is not None:
+        from imageforest.applications import run_warmups
+
+        run_warmups(args.apps or None)
     else:
         main()

@@ -12,6 +12,9 @@ parts from single depth images", CVPR 2011). The Python API (imported on first u
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from imageforest.applications import App, lazy_command
 from imageforest.lazy import lazy_attributes
 
 _LAZY = {
@@ -28,7 +31,22 @@ _LAZY = {
     "train_bodyparts": "imageforest.apps.bodyparts.training",
 }
 
-__all__ = sorted(_LAZY)
+# What this application declares to the suite (its entry point in pyproject.toml names this object).
+app = App(
+    name="bodyparts",
+    description="body parts and joints from depth maps",
+    commands=(
+        lazy_command("bodyparts", "imageforest.apps.bodyparts.cli:bodyparts",
+                     "Label every body pixel of DEPTH maps with its part, and propose joints."),
+        lazy_command("train-bodyparts", "imageforest.apps.bodyparts.cli:train_bodyparts_command",
+                     "Train a body-parts model on DATA: rendered bodies or hands."),
+    ),
+    readers={"BodyPartsForest": "imageforest.apps.bodyparts.model:BodyPartsForest.from_record"},
+    warmup="imageforest.apps.bodyparts.scripts.warmup:warm_up",
+    models={"bodies": Path(__file__).parent / "models" / "bodies.npz"},
+)
+
+__all__ = sorted([*_LAZY, "app"])
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

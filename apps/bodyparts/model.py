@@ -99,8 +99,8 @@ class BodyPartsForest(ImageClassificationForest):
     model_card_ : what the model is (name, training data, measured accuracy), saved with it
     """
 
-    _task = "body-parts"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ImageClassificationForest._parameter_constraints,
+    task = "body-parts"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {**ImageClassificationForest.parameter_constraints,
                                                          "bandwidth_mm": Real(1.0, 1000.0),
                                                          "vote_threshold": Real(0.0, 1.0),
                                                          "smoothing_mm": Real(0.0, 1e4),
@@ -117,10 +117,6 @@ class BodyPartsForest(ImageClassificationForest):
         self.vote_threshold = vote_threshold
         self.smoothing_mm = smoothing_mm
         self.threshold_sampling = threshold_sampling
-
-    @property
-    def _threshold_sampling(self) -> str:  # what the trainer reads (a class constant in other forests)
-        return self.threshold_sampling
 
     def _family(self) -> DepthProbes:
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
@@ -197,7 +193,7 @@ class BodyPartsForest(ImageClassificationForest):
         return smooth_posteriors(post, yx, radius) if radius > 0 else post
 
     def _prepared(self, depth, camera: Camera | None) -> tuple[np.ndarray, Camera]:
-        self._check_fitted()
+        self.check_fitted()
         depth = check_depth(depth)
         return depth, camera or Camera.kinect(depth.shape[1], depth.shape[0])
 
@@ -257,13 +253,13 @@ class BodyPartsForest(ImageClassificationForest):
         if any(not np.isfinite(v) or abs(v) > 500.0 for v in self.push_mm_.values()):
             raise ModelFormatError("a joint's push from the surface must be finite and under 500 mm")
 
-    def _extra_metadata(self) -> dict:
-        return {**super()._extra_metadata(), "part_names": self.part_names_, "focal_px": self.focal_px_,
+    def extra_metadata(self) -> dict:
+        return {**super().extra_metadata(), "part_names": self.part_names_, "focal_px": self.focal_px_,
                 "joint_parts": self.joint_parts_, "push_mm": self.push_mm_,
                 "model_card": getattr(self, "model_card_", {})}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        super()._restore_leaves(meta, arrays)
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        super().restore_leaves(meta, arrays)
         names, focal = meta.get("part_names"), meta.get("focal_px")
         joints, push = meta.get("joint_parts"), meta.get("push_mm")
         if (not isinstance(names, list) or not 2 <= len(names) <= MAX_PARTS

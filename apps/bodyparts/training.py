@@ -68,7 +68,7 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
     -------
     the fitted forest, and a summary (layout, maps, pixels, seconds)
     """
-    rule = BodyPartsForest._parameter_constraints["threshold_sampling"]  # checked before any map is read
+    rule = BodyPartsForest.parameter_constraints["threshold_sampling"]  # checked before any map is read
     if not rule.accepts(threshold_sampling):
         raise InvalidInputError(f"threshold_sampling must be {rule.describe()}, got {threshold_sampling!r}")
     say = progress or (lambda _msg: None)

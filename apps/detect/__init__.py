@@ -12,6 +12,9 @@ CVPR 2009). The Python API (imported on first use)::
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from imageforest.applications import App, lazy_command
 from imageforest.lazy import lazy_attributes
 
 _LAZY = {
@@ -22,7 +25,22 @@ _LAZY = {
     "read_rgb": "imageforest.apps.detect.datasets",
 }
 
-__all__ = sorted(_LAZY)
+# What this application declares to the suite (its entry point in pyproject.toml names this object).
+app = App(
+    name="detect",
+    description="object detection with Hough forests",
+    commands=(
+        lazy_command("detect", "imageforest.apps.detect.cli:detect",
+                     "Detect objects in colour IMAGES: boxes [x0, y0, x1, y1] in each image's pixels."),
+        lazy_command("train-detector", "imageforest.apps.detect.cli:train_detector_command",
+                     "Train a detector on DATA: images with boxes.json."),
+    ),
+    readers={"HoughForestDetector": "imageforest.apps.detect.model:HoughForestDetector.from_record"},
+    warmup="imageforest.apps.detect.scripts.warmup:warm_up",
+    models={"horses": Path(__file__).parent / "models" / "horses.npz"},
+)
+
+__all__ = sorted([*_LAZY, "app"])
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

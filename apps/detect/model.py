@@ -169,8 +169,8 @@ class HoughForestDetector(BaseForest):
     model_card_ : what the model is (name, training data, measured accuracy), saved with it
     """
 
-    _task = "hough-detection"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    task = "hough-detection"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **{k: GROWTH[k] for k in ("n_trees", "n_candidates", "random_state", "n_jobs")},
         "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
@@ -211,7 +211,7 @@ class HoughForestDetector(BaseForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def _global_loss(self) -> str | None:
+    def global_loss(self) -> str | None:
         return self.loss if self.variant == "adhf" else None
 
     # -- training ------------------------------------------------------------------------------------------
@@ -318,14 +318,14 @@ class HoughForestDetector(BaseForest):
         self.votes_ = np.ascontiguousarray(np.c_[offset[point_o], size[point_o]], dtype=np.float32)
 
     # -- detection -----------------------------------------------------------------------------------------
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
         if not hasattr(self, "votes_"):
             raise NotFittedError("this HoughForestDetector is not fitted yet; call fit (or load) first")
 
     def search_scales(self, shape: tuple[int, int]) -> np.ndarray:
         """Resize factors searched for an image of `shape` (h, w): object sizes from the smallest to the largest
         relative size seen in training, geometrically spaced, each brought to `object_size`."""
-        self._check_fitted()
+        self.check_fitted()
         geo = np.sqrt(shape[0] * shape[1])
         lo, hi = self.relative_sizes_
         rel = np.geomspace(lo, hi, self.n_scales) if self.n_scales > 1 else np.array([np.sqrt(lo * hi)])
@@ -349,7 +349,7 @@ class HoughForestDetector(BaseForest):
 
     def foreground_probability(self, rgb: np.ndarray, scale: float) -> np.ndarray:
         """p(object | patch) of every pixel of an RGB image resized by `scale` (mean over trees): (h', w')."""
-        self._check_fitted()
+        self.check_fitted()
         leaves, _, _, shape = self._leaves(as_rgb(rgb), scale)
         return self.leaf_foreground_[leaves].mean(axis=1).reshape(shape)
 
@@ -382,7 +382,7 @@ class HoughForestDetector(BaseForest):
         -------
         DetectionResult, boxes in the input's pixels.
         """
-        self._check_fitted()
+        self.check_fitted()
         rgb = as_rgb(image)
         thr = self.threshold_ if threshold is None else float(threshold)
         if not np.isfinite(thr):
@@ -425,15 +425,15 @@ class HoughForestDetector(BaseForest):
                                {"vote": t1 - t0, "suppress": time.perf_counter() - t1})
 
     # -- model files ---------------------------------------------------------------------------------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         return {"leaf_foreground": self.leaf_foreground_, "vote_start": self.vote_start_, "votes": self.votes_,
                 "relative_sizes": self.relative_sizes_}
 
-    def _extra_metadata(self) -> dict:
+    def extra_metadata(self) -> dict:
         return {"threshold": float(self.threshold_), "model_card": getattr(self, "model_card_", {}),
                 "n_training": getattr(self, "n_training_", {})}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         try:
             fg = np.asarray(arrays["leaf_foreground"])
             start = np.asarray(arrays["vote_start"])

@@ -13,9 +13,9 @@ from pathlib import Path
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.report import localization_json
 from imageforest.apps.localize.results import Localization
-from imageforest.apps.localize.scans import read_scan, scan_warnings
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import model_file
+from imageforest.imaging.ct import read_scan, scan_warnings
 from imageforest.imaging.io import Image
 
 DEFAULT_MODEL = Path(__file__).parent / "models" / "hn_organs.npz"

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import numba
 import numpy as np
 
-from imageforest.apps.localize.grid import WorkingGrid, inside, visible_share
 from imageforest.apps.localize.results import OrganEstimate
-from imageforest.apps.localize.scans import WALL_AXIS
 from imageforest.estimators.base import numba_threads
+from imageforest.imaging.ct import WorkingGrid, inside, visible_share
+from imageforest.imaging.ct_organs import WALL_AXIS
 from imageforest.imaging.features import ImageStack
 from imageforest.voting import Votes, ranked_medians
 

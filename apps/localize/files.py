@@ -139,10 +139,10 @@ def _stage_record(cls: type[WallRefiner], hyper: dict, source: str) -> tuple[dic
     if not isinstance(hyper, dict):
         raise ModelFormatError(f"{source}: a stage's settings are not a mapping")
     try:
-        est = cls._from_hyper_parameters({k: v for k, v in hyper.items() if k in cls._param_names()}, {})
+        est = cls.from_hyper_parameters({k: v for k, v in hyper.items() if k in cls._param_names()}, {})
         family = est._features()
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ModelFormatError(f"{source}: a stage's settings are invalid ({exc})") from None
     spec, family_arrays = family.to_spec()
-    return {"task": cls._task, "estimator": cls.__name__, "family": spec, "hyper_parameters": hyper,
+    return {"task": cls.task, "estimator": cls.__name__, "family": spec, "hyper_parameters": hyper,
             "n_features_in": int(family.n_features)}, family_arrays

@@ -25,9 +25,9 @@ the scan's faces apply again. For elongated organs (the spinal cord) a last stag
 the x/y walls with the extremes of per-slice cross-sections voted over the cascade's z range.
 
 This module holds the settings and the training; `OrganLocalizer.localize` runs the stages in order, each module
-taking the previous one's result: `grid.py` (the working grid), `coarse.py` (the first stage's vote), `refine.py`
-(fine stages), `slices.py` (slice stage), `snapping.py` (walls on voxel faces). `files.py` reads and writes the
-model file.
+taking the previous one's result: `imageforest.imaging.ct.working_grid` (the working grid), `coarse.py` (the first
+stage's vote), `refine.py` (fine stages), `slices.py` (slice stage), `snapping.py` (walls on voxel faces).
+`files.py` reads and writes the model file.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.apps.localize.coarse import coarse_vote, first_stage_leaves
-from imageforest.apps.localize.grid import extent, working_grid
 from imageforest.apps.localize.refine import (
     COV_MAX,
     MIN_LEAF_VOTERS,
@@ -52,22 +51,24 @@ from imageforest.apps.localize.refine import (
     training_region,
 )
 from imageforest.apps.localize.results import Localization, OrganEstimate
-from imageforest.apps.localize.scans import (
-    AIR_HU,
-    WALL_AXIS,
-    OrganSlices,
-    body_edges,
-    body_mask,
-    crop_z,
-    voxel_positions,
-    working_image,
-)
 from imageforest.apps.localize.slices import SliceWallRefiner, elongated, slice_training_region, slice_walls
 from imageforest.apps.localize.snapping import snap_to_voxel_faces
+from imageforest.estimators.base import BaseForest
 from imageforest.estimators.params import GROWTH, Anything, Boolean, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
+from imageforest.imaging.ct import (
+    AIR_HU,
+    body_edges,
+    body_mask,
+    crop_z,
+    extent,
+    voxel_positions,
+    working_grid,
+    working_image,
+)
+from imageforest.imaging.ct_organs import WALL_AXIS, OrganSlices
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import ranked_order
@@ -147,13 +148,13 @@ class OrganLocalizer(PlainTrees):
     jitters, so they learn to correct smaller errors from a closer look.
     """
 
-    _task = "organ-localization"
+    task = "organ-localization"
     # CT box means cluster (air near -1000, fat, soft tissue near 0-80 HU, bone): thresholds drawn from the node's
     # own responses land inside the clusters, where uniform draws over [min, max] would mostly fall between them.
-    _threshold_sampling = "data"
+    threshold_sampling = "data"
 
     # What each hyper-parameter accepts; `_check_settings` adds the rules that relate several of them.
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "organs": Anything(), "spacing_mm": Real(0.5, 20.0), "max_offset_mm": Real(0.0, 500.0, low_open=True),
         "box_size_mm": Anything(), "difference": Boolean(), "points_per_scan": Integer(1, 1_000_000),
         "crops_per_scan": Integer(0, 100), "vote_points": Integer(1, 10_000_000),
@@ -482,10 +483,11 @@ class OrganLocalizer(PlainTrees):
 
     # -- localizing: the stages, each taking the previous one's result ----------------------------------------
     def localize(self, scan: Image) -> Localization:
-        """Presence and box of every organ in `scan` (an Image in HU, LPS): the working grid (`grid.py`), the
-        first stage's vote (`coarse.py`), the fine stages (`refine.py`) and the slice stage (`slices.py`) on one
-        fine region, and the walls moved to the scan's voxel faces (`snapping.py`)."""
-        self._check_fitted()
+        """Presence and box of every organ in `scan` (an Image in HU, LPS): the working grid
+        (`imageforest.imaging.ct`), the first stage's vote (`coarse.py`), the fine stages (`refine.py`) and the
+        slice stage (`slices.py`) on one fine region, and the walls moved to the scan's voxel faces
+        (`snapping.py`)."""
+        self.check_fitted()
         t0 = time.perf_counter()
         grid = working_grid(scan, float(self.spacing_mm), int(self.vote_points))
         t1 = time.perf_counter()
@@ -520,16 +522,22 @@ class OrganLocalizer(PlainTrees):
 
         return read_localizer(path)
 
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def named_forests(self) -> dict[str, BaseForest]:
+        """Every fitted stage's forest under its name in the model file (this first stage included)."""
+        from imageforest.apps.localize.files import named_forests
+
+        return named_forests(self)
+
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         """The first stage's leaves (its record in the model file; the later stages are forests of their own)."""
         return {"leaf.share": self.leaf_share_, "leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_,
                 "leaf.var": self.leaf_var_, "leaf.corr": self.leaf_corr_, "edge.offsets": self.edge_offsets_}
 
-    def _extra_metadata(self) -> dict:
+    def extra_metadata(self) -> dict:
         return {"organs": list(self.organs), "model_card": getattr(self, "model_card_", {}),
                 "training_summary": getattr(self, "training_summary_", {})}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self._check_loaded_family()
         n_leaves = self.forest_.n_leaves
         n_org = len(meta["organs"])
@@ -573,11 +581,11 @@ class OrganLocalizer(PlainTrees):
         self.slicers_ = [None] * n_org
         self._derive()
 
-    def _check_loaded_parameters(self) -> None:
+    def check_loaded_parameters(self) -> None:
         self._check_settings()
 
     @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> OrganLocalizer:
+    def from_hyper_parameters(cls, hyper: dict, meta: dict) -> OrganLocalizer:
         hyper = dict(hyper)
         hyper["box_size_mm"] = tuple(hyper.get("box_size_mm", (4.0, 40.0)))
         for name in FINE_STAGE_SETTINGS:  # JSON gives lists back for per-stage tuples

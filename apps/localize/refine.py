@@ -18,13 +18,13 @@ import numpy as np
 import SimpleITK as sitk
 
 from imageforest.apps.localize.coarse import with_edge_prior
-from imageforest.apps.localize.grid import WorkingGrid, inside
 from imageforest.apps.localize.results import OrganEstimate
-from imageforest.apps.localize.scans import AIR_HU, HU_RANGE, WALL_AXIS
 from imageforest.estimators.base import BaseForest, numba_threads
 from imageforest.estimators.params import GROWTH, Anything, Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
+from imageforest.imaging.ct import AIR_HU, HU_RANGE, WorkingGrid, inside
+from imageforest.imaging.ct_organs import WALL_AXIS
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 from imageforest.voting import Votes, ranked_medians, ranked_order
@@ -164,10 +164,10 @@ class WallRefiner(PlainTrees):
     box_size_mm : (min, max) edge lengths of the feature boxes
     """
 
-    _task = "organ-wall-refinement"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    task = "organ-wall-refinement"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "spacing_mm": Real(0.0, low_open=True), "reach_mm": Real(0.0), "box_size_mm": Anything()}
-    _threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
+    threshold_sampling = "data"  # CT box means cluster by tissue (see OrganLocalizer)
     n_walls = 6  # displacement targets per voxel (the box's walls)
 
     def __init__(self, spacing_mm: float = 2.0, *, n_trees: int = 4, max_depth: int | None = 12, n_candidates: int = 60,
@@ -226,7 +226,7 @@ class WallRefiner(PlainTrees):
         (`FineSource.region`); it may be larger, e.g. shared by all organs of a scan. Spreads are NaN when no
         leaf votes (the box is then returned as it was).
         """
-        self._check_fitted()
+        self.check_fitted()
         zyx = region_points(region, grown_box(box, margin_mm), n_points)
         with numba_threads(self.n_jobs):
             leaves = self.family_.apply((stack, np.c_[np.zeros(len(zyx)), zyx].astype(np.int32)), self.forest_)
@@ -240,14 +240,14 @@ class WallRefiner(PlainTrees):
         return boxes[0], spreads[0]
 
     # -- model files (a forest of the localizer's file: `imageforest.apps.localize.files`) -----------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         return {"leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_, "leaf.var": self.leaf_var_}
 
     @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> WallRefiner:
+    def from_hyper_parameters(cls, hyper: dict, meta: dict) -> WallRefiner:
         return cls(**{**hyper, "box_size_mm": tuple(hyper.get("box_size_mm", (2.0, 20.0)))})
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         self._check_loaded_family()
         n_leaves = self.forest_.n_leaves
         q = self.n_walls

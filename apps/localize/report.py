@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from imageforest.apps.localize.results import Localization
-from imageforest.apps.localize.scans import box_to_index
+from imageforest.imaging.ct_organs import box_to_index
 from imageforest.imaging.io import Image, write_image
 from imageforest.outputs import write_json as write_json_file
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from imageforest.apps.localize.grid import WorkingGrid, inside
 from imageforest.apps.localize.refine import (
     FineRegion,
     FineSource,
@@ -35,6 +34,7 @@ from imageforest.apps.localize.refine import (
 )
 from imageforest.apps.localize.results import OrganEstimate
 from imageforest.estimators.base import numba_threads
+from imageforest.imaging.ct import WorkingGrid, inside
 from imageforest.imaging.features import ImageStack
 from imageforest.imaging.io import Image
 from imageforest.kernels import njit
@@ -52,7 +52,7 @@ class SliceWallRefiner(WallRefiner):
     variance of the displacements from a voxel to the organ's x/y extent in the voxel's own axial slice,
     [x_lo, x_hi, y_lo, y_hi] (a diagonal Gaussian over 4 walls). Parameters as for `WallRefiner`."""
 
-    _task = "organ-slice-walls"
+    task = "organ-slice-walls"
     n_walls = 4
 
     def walls(self, region: Image, stack: ImageStack, box: np.ndarray, margin_mm: float, fraction: float,
@@ -63,7 +63,7 @@ class SliceWallRefiner(WallRefiner):
         `VOTERS_PER_SLICE` per slice. `fraction`: share of a slice's votes kept per wall, the most confident
         first; `window`: slices of the running median along z. NaN spreads when no slice has a vote.
         """
-        self._check_fitted()
+        self.check_fitted()
         voters = grown_box(box, margin_mm)
         voters[4:] = np.minimum(box[4], box[5]), np.maximum(box[4], box[5])
         zyx = region_points(region, voters, 10**9)  # every voxel of a block, ordered by z

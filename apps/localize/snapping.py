@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.apps.localize.results import OrganEstimate
-from imageforest.apps.localize.scans import box_to_index, index_box_to_mm
+from imageforest.imaging.ct_organs import box_to_index, index_box_to_mm
 from imageforest.imaging.io import Image
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from imageforest.apps.localize.model import OrganLocalizer
-from imageforest.apps.localize.scans import Case, OrganSlices, openkbp_cases, read_scan
 from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.ct import read_scan
+from imageforest.imaging.ct_organs import Case, OrganSlices, openkbp_cases
 from imageforest.imaging.io import read_image
 
 SCAN_PATTERN = re.compile(r"^(?P<case>.+)_ct\.(?P<ext>nii\.gz|nii|nrrd|mha|mhd)$", re.IGNORECASE)
@@ -73,7 +74,7 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
         "cases": [c.name for c in cases], "organs": list(organs),
         "organ_counts": {o: int(n) for o, n in zip(organs, present.sum(axis=0), strict=True)},
         "working_spacing_mm": float(model.spacing_mm),
-        "parameters": model._saved_hyper_parameters(),
+        "parameters": model.saved_hyper_parameters(),
     }
     return model
 

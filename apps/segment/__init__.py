@@ -12,6 +12,7 @@ The Python API (imported on first use)::
 
 from __future__ import annotations
 
+from imageforest.applications import App, lazy_command
 from imageforest.lazy import lazy_attributes
 
 _LAZY = {
@@ -24,7 +25,20 @@ _LAZY = {
     "write_labels": "imageforest.apps.segment.files",
 }
 
-__all__ = sorted(_LAZY)
+# What this application declares to the suite (its entry point in pyproject.toml names this object).
+app = App(
+    name="segment",
+    description="interactive segmentation of pictures and volumes from scribbles",
+    commands=(
+        lazy_command("segment", "imageforest.apps.segment.cli:segment",
+                     "Segment IMAGE from scribbles (or with a saved model) into a label mask."),
+    ),
+    readers={"SegmentationForest": "imageforest.apps.segment.model:SegmentationForest.from_record"},
+    warmup="imageforest.apps.segment.scripts.warmup:warm_up",
+    models={},
+)
+
+__all__ = sorted([*_LAZY, "app"])
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

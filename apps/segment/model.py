@@ -72,10 +72,10 @@ class SegmentationForest(ClassificationForest):
     classes_ : (K,) the scribble numbers; image_kind_ : "grey", "rgb" or "volume"; n_channels_ : guide channels
     """
 
-    _task = "interactive-segmentation"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest._parameter_constraints,
+    task = "interactive-segmentation"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest.parameter_constraints,
                                                          "smoothness": Real(0.0)}
-    _default_candidates = "sqrt"
+    default_candidates = "sqrt"
     weak_learner = "axis"
     n_thresholds = 16
     criterion = "entropy"
@@ -109,7 +109,7 @@ class SegmentationForest(ClassificationForest):
 
     def check_image(self, prepared: PreparedImage) -> None:
         """Refuse an image whose features differ from the training image's (kind, channels)."""
-        self._check_fitted()
+        self.check_fitted()
         if prepared.kind != self.image_kind_ or prepared.n_channels != self.n_channels_:
             raise InvalidInputError(f"this model was trained on {self.image_kind_} images with {self.n_channels_} "
                                     f"channel(s), not on a {prepared.kind} image with {prepared.n_channels}")
@@ -121,7 +121,7 @@ class SegmentationForest(ClassificationForest):
 
     def segment(self, image, spacing=None, rgb: bool | None = None) -> Segmentation:
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut."""
-        self._check_fitted()
+        self.check_fitted()
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
         p = self.pixel_posterior(prepared).astype(np.float32)  # checks the image fits the model
         grid = p.reshape(*prepared.guide.shape[:3], -1)
@@ -133,7 +133,7 @@ class SegmentationForest(ClassificationForest):
     def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:
         """Labels of every frame of a stack of pictures (or slice of a volume) segmented one by one with a model
         of pictures: frames (n, y, x) grey or (n, y, x, 3|4) colour; returns (n, y, x)."""
-        self._check_fitted()
+        self.check_fitted()
         if self.image_kind_ == "volume":
             raise InvalidInputError("this model segments volumes; give it the whole volume, not its slices")
         stack = np.asarray(frames)
@@ -142,11 +142,11 @@ class SegmentationForest(ClassificationForest):
         return np.stack([self.segment(frame, rgb=rgb if frame.ndim == 3 else None).labels for frame in stack])
 
     # -- model files --------------------------------------------------------------------------------------
-    def _extra_metadata(self) -> dict:
-        return {**super()._extra_metadata(), "image_kind": self.image_kind_, "n_channels": int(self.n_channels_)}
+    def extra_metadata(self) -> dict:
+        return {**super().extra_metadata(), "image_kind": self.image_kind_, "n_channels": int(self.n_channels_)}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        super()._restore_leaves(meta, arrays)
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        super().restore_leaves(meta, arrays)
         kind, channels = meta.get("image_kind"), meta.get("n_channels")
         if kind not in KINDS or not isinstance(channels, int) or not 1 <= channels <= 4:
             raise ModelFormatError("the model does not say which images it segments (image_kind, n_channels)")

@@ -19,15 +19,9 @@ import warnings
 import numpy as np
 import SimpleITK as sitk
 
-from imageforest.apps.localize.scans import (
-    AIR_HU,
-    WALL_AXIS,
-    body_edges,
-    body_mask,
-    voxel_positions,
-    working_image,
-)
 from imageforest.apps.localize.snapping import voxel_box
+from imageforest.imaging.ct import AIR_HU, body_edges, body_mask, voxel_positions, working_image
+from imageforest.imaging.ct_organs import WALL_AXIS
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 

@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from imageforest.apps.localize.scans import BODY_HU, Case, openkbp_cases, read_scan
+from imageforest.imaging.ct import BODY_HU, read_scan
+from imageforest.imaging.ct_organs import Case, openkbp_cases
 from imageforest.imaging.io import read_image
 
 GAP_CLASSES_MM = ((0.0, 5.0), (5.0, 20.0), (20.0, np.inf))

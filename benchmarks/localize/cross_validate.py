@@ -44,9 +44,10 @@ from benchmarks.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting,
 from imageforest.apps.localize.evaluate import CONTOUR_STOP_WALLS, WALL_NAMES, OrganScores, parse_walls
 from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view
 from imageforest.apps.localize.recipe import PARAMETERS
-from imageforest.apps.localize.scans import OrganSlices, crop_z, openkbp_cases, read_scan
 from imageforest.apps.localize.training import case_truth
 from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.ct import crop_z, read_scan
+from imageforest.imaging.ct_organs import OrganSlices, openkbp_cases
 
 METHODS = ("forest", "body_mean_box", "multi_atlas", "extra_trees")
 

@@ -28,7 +28,7 @@ from benchmarks._measure import measure, mib
 from benchmarks.localize.baselines import MultiAtlasAffine
 from imageforest.apps.localize.api import load_localizer
 from imageforest.apps.localize.phantom import head_neck_phantom
-from imageforest.apps.localize.scans import read_scan
+from imageforest.imaging.ct import read_scan
 from imageforest.imaging.io import Image, write_image
 
 

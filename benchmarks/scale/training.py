@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.scale._common import TreeMemory
 from imageforest.apps.localize.recipe import PARAMETERS
-from imageforest.apps.localize.scans import openkbp_cases
 from imageforest.apps.localize.training import train_localizer
+from imageforest.imaging.ct_organs import openkbp_cases
 
 
 def timed_jobs(times: list):

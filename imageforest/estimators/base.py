@@ -2,6 +2,14 @@
 
 scikit-learn conventions: hyper-parameters are stored as given in ``__init__``; learned state carries a trailing
 underscore; `get_params`/`set_params` read the ``__init__`` signature.
+
+The extension contract: an estimator (the engine's own, or an application's forest) subclasses `BaseForest`,
+declares `task` and `parameter_constraints`, grows its trees with `grow` inside its ``fit``, and implements the
+two abstract hooks that put its leaf models in a model file and take them back (`leaf_arrays`, `restore_leaves`).
+The other hooks have working defaults and are overridden only where an estimator differs: `extra_metadata`,
+`from_hyper_parameters`, `saved_hyper_parameters`, `check_loaded_parameters`, `check_fitted`, `global_loss`, and
+the class attributes `default_candidates` and `threshold_sampling`. `imageforest.testing.check_estimator` checks
+that an estimator keeps the conventions.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -46,13 +55,42 @@ def numba_threads(n_jobs: int | None):
 ONLINE_SOURCES = 4
 
 
-class BaseForest:
-    """Shared machinery; subclasses define ``__init__`` (hyper-parameters), `fit` and the leaf models."""
+class BaseForest(ABC):
+    """Shared machinery; subclasses define ``__init__`` (hyper-parameters), `fit` and the leaf models.
 
-    _task: ClassVar[str] = ""
-    _parameter_constraints: ClassVar[dict[str, Rule]] = GROWTH
-    _default_candidates: ClassVar[Any] = "sqrt"
-    _threshold_sampling: ClassVar[str] = "range"  # how the K candidate thresholds are drawn (see GrowthSettings)
+    Class attributes a subclass sets
+    --------------------------------
+    task : the model files' task name ("classification", "hough-detection", ...); a file of another task is refused
+    parameter_constraints : hyper-parameter name -> `imageforest.estimators.params.Rule`, one for every ``__init__``
+        parameter (`check_params` checks them at fit and at load)
+    default_candidates : rho when ``n_candidates`` is left to its default ("sqrt", a count or a fraction)
+    threshold_sampling : how the K candidate thresholds of a node are drawn, "range" (uniform over the node's
+        responses) or "data" (among them); a hyper-parameter of that name overrides it
+
+    The growth settings (T, D, rho, K, leaf size, bagging, ...) have class-level defaults below, so that an
+    estimator's ``__init__`` declares only those its users may set; an ``__init__`` parameter overrides its
+    default.
+    """
+
+    task: ClassVar[str] = ""
+    parameter_constraints: ClassVar[dict[str, Rule]] = GROWTH
+    default_candidates: ClassVar[Any] = "sqrt"
+    threshold_sampling: ClassVar[str] = "range"
+
+    # Growth settings an estimator does not take as hyper-parameters (the engine's estimators take them all).
+    max_depth: int | None = None
+    weak_learner: str = "axis"
+    n_candidates: Any = "sqrt"
+    n_thresholds: int | None = 16
+    bootstrap: bool = False
+    max_samples: Any = None
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_gain: float = 0.0
+    structure: str = "tree"
+    two_sided: bool = False
+    random_state: Any = None
+    n_jobs: int | None = None
 
     # -- hyper-parameters ---------------------------------------------------------------------------------
     @classmethod
@@ -107,7 +145,7 @@ class BaseForest:
             n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),
             min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain),
             bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
-            two_sided=bool(self.two_sided), threshold_sampling=self._threshold_sampling, loss=self._global_loss())
+            two_sided=bool(self.two_sided), threshold_sampling=self.threshold_sampling, loss=self.global_loss())
 
     def _reads_features_only(self) -> bool:
         """Whether growth reads X only one feature at a time: axis-aligned tests outside the fused search (see
@@ -115,11 +153,11 @@ class BaseForest:
         feature-major float32 at once, and the trainer's feature-major copy is a view of it: one copy of the data
         instead of two."""
         return self.weak_learner == "axis" and not fused_search_applies(self.n_thresholds, self.structure,
-                                                                        self._threshold_sampling)
+                                                                        self.threshold_sampling)
 
-    def _global_loss(self) -> str | None:
-        """The global loss whose gradients re-weight the points level by level (alternating decision forests), or
-        None for the usual locally grown forest."""
+    def global_loss(self) -> str | None:
+        """Hook, called when growth starts: the global loss whose gradients re-weight the points level by level
+        (alternating decision forests), or None (the default) for the usual locally grown forest."""
         return None
 
     def _resolve_candidates(self, n_features: int) -> int:
@@ -278,12 +316,14 @@ class BaseForest:
             self.__dict__.pop(name, None)
 
     # -- the one primitive --------------------------------------------------------------------------------
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """Hook, called before any use of a fitted model (predict, apply, save): raise NotFittedError when the
+        model is not fitted. The default looks for ``forest_``."""
         if not hasattr(self, "forest_"):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit (or load) first")
 
     def _checked_input(self, X) -> np.ndarray:
-        self._check_fitted()
+        self.check_fitted()
         return check_matrix(X, n_features=self.n_features_in_)
 
     def _apply_checked(self, X: np.ndarray) -> np.ndarray:
@@ -305,19 +345,19 @@ class BaseForest:
 
     @property
     def n_trees_(self) -> int:
-        self._check_fitted()
+        self.check_fitted()
         return self.forest_.n_trees
 
     @property
     def leaf_tree_(self) -> np.ndarray:
-        self._check_fitted()
+        self.check_fitted()
         return self.forest_.leaf_tree
 
     @property
     def feature_importances_(self) -> np.ndarray:
         """Gain-based importances: each split's information gain times the share of its tree's training weight
         that reached it, credited to the input dimensions its weak learner reads; normalised to sum to 1."""
-        self._check_fitted()
+        self.check_fitted()
         f = self.forest_
         split = np.flatnonzero(f.child >= 0)
         root_w = f.weight[f.tree_root]
@@ -330,13 +370,21 @@ class BaseForest:
         return imp / total if total > 0 else imp
 
     # -- model files --------------------------------------------------------------------------------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+    @abstractmethod
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
+        """Hook, called by `to_record` (and so `save`): the leaf models as named flat arrays (names without "/"),
+        which `restore_leaves` reads back."""
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Hook, called by `from_record` (and so `load`) after the forest, the feature family and the
+        hyper-parameters are restored: check the leaf arrays `leaf_arrays` wrote (shapes, dtypes, finite values,
+        ranges; raise ModelFormatError naming what is wrong) and set the fitted leaf attributes from them and from
+        `extra_metadata`'s entries in `meta`."""
 
-    def _extra_metadata(self) -> dict:
+    def extra_metadata(self) -> dict:
+        """Hook, called by `to_record`: JSON-able metadata entries beyond the engine's (classes, names, a model
+        card); `restore_leaves` finds them in its `meta`. The default adds none."""
         return {}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -346,34 +394,39 @@ class BaseForest:
     def to_record(self) -> tuple[dict, dict[str, np.ndarray]]:
         """The fitted model as (metadata, arrays): what `save` writes, and one forest of a file of several
         (`imageforest.estimators.files.save_forests`)."""
-        self._check_fitted()
+        self.check_fitted()
         spec, fam_arrays = self.family_.to_spec()
-        params = self._saved_hyper_parameters()
+        params = self.saved_hyper_parameters()
         meta = {
-            "task": self._task,
+            "task": self.task,
             "estimator": type(self).__name__,
             "imageforest_version": __version__,
             "family": spec,
             "hyper_parameters": params,
             "n_features_in": int(self.n_features_in_),
-            **self._extra_metadata(),
+            **self.extra_metadata(),
         }
-        return meta, {**self.forest_.to_arrays(), **fam_arrays, **self._leaf_arrays()}
+        return meta, {**self.forest_.to_arrays(), **fam_arrays, **self.leaf_arrays()}
 
     @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict) -> BaseForest:
+    def from_hyper_parameters(cls, hyper: dict, meta: dict) -> BaseForest:
+        """Hook, called by `from_record`: an unfitted estimator from the saved hyper-parameters `hyper` (those
+        ``__init__`` takes) and the file's metadata. Override to turn JSON values back into what ``__init__``
+        takes (lists into tuples, a spec into a feature family)."""
         return cls(**hyper)
 
-    def _saved_hyper_parameters(self) -> dict:
-        """Hyper-parameters for the metadata: n_jobs (how this machine ran) is left out so that the bytes
-        depend on the seed alone; a Generator random_state is recorded as None."""
+    def saved_hyper_parameters(self) -> dict:
+        """Hook, called by `to_record`: the hyper-parameters as JSON values for the metadata. n_jobs (how this
+        machine ran) is left out so that the bytes depend on the seed alone; a Generator random_state is recorded as
+        None."""
         params = {k: v for k, v in self.get_params().items() if k != "n_jobs"}
         if not isinstance(self.random_state, (int, type(None))):
             params["random_state"] = None
         return _jsonable(params)
 
-    def _check_loaded_parameters(self) -> None:
-        """Hyper-parameters read from a file obey the same rules as a user's (a crafted file gets no further)."""
+    def check_loaded_parameters(self) -> None:
+        """Hook, called by `from_record` before `restore_leaves`: hyper-parameters read from a file obey the same
+        rules as a user's (a crafted file gets no further). The default runs `check_params`."""
         check_params(self)
 
     @classmethod
@@ -386,12 +439,12 @@ class BaseForest:
     def from_record(cls, meta: dict, arrays: dict[str, np.ndarray], source: str = "model") -> BaseForest:
         """The model `to_record` gave (metadata, arrays), validated; `source` names it in error messages (a file,
         or a forest of a file of several). Anything inconsistent raises ModelFormatError."""
-        if meta.get("task") != cls._task or meta.get("estimator") != cls.__name__:
+        if meta.get("task") != cls.task or meta.get("estimator") != cls.__name__:
             raise ModelFormatError(f"{source}: holds a {meta.get('estimator', 'unknown')} model "
                                    f"({meta.get('task')}), not a {cls.__name__}")
         try:
             hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls._param_names()}
-            est = cls._from_hyper_parameters(hyper, meta)
+            est = cls.from_hyper_parameters(hyper, meta)
             forest = ForestArrays.from_arrays(arrays)
             family = family_from_spec(meta["family"], arrays)
             if not family.validate_params(forest.params):
@@ -399,8 +452,8 @@ class BaseForest:
             est.forest_ = forest
             est.family_ = family
             est.n_features_in_ = int(meta["n_features_in"])
-            est._check_loaded_parameters()
-            est._restore_leaves(meta, arrays)
+            est.check_loaded_parameters()
+            est.restore_leaves(meta, arrays)
             with numba_threads(est.n_jobs):
                 family.prepare_apply(forest)
         except ModelFormatError as exc:

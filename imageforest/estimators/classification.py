@@ -83,9 +83,9 @@ class ClassificationForest(BaseForest):
     feature_importances_ : (n_features,) array
     """
 
-    _task = "classification"
+    task = "classification"
     _estimator_kind = "classifier"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "posterior": Options(choices=("average", "product")),
         "growth": Options(choices=("independent", "alternating")), "loss": Options(choices=LOSSES),
@@ -120,7 +120,7 @@ class ClassificationForest(BaseForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
-    def _global_loss(self) -> str | None:
+    def global_loss(self) -> str | None:
         if getattr(self, "growth", "independent") != "alternating":
             return None
         if self.bootstrap:
@@ -237,7 +237,7 @@ class ClassificationForest(BaseForest):
 
     def predict(self, X) -> np.ndarray:
         """Most probable class per sample, shape (n_samples,)."""
-        self._check_fitted()
+        self.check_fitted()
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def predict_entropy(self, X) -> np.ndarray:
@@ -255,16 +255,16 @@ class ClassificationForest(BaseForest):
         return float(np.average(pred == y, weights=sample_weight))
 
     # -- model files --------------------------------------------------------------------------------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         classes = self.classes_
         if classes.dtype.kind not in "biufU":
             classes = classes.astype(str)
         return {"leaf.posterior": self.leaf_posterior_, "classes": classes}
 
-    def _extra_metadata(self) -> dict:
+    def extra_metadata(self) -> dict:
         return {"classes": [c.item() if hasattr(c, "item") else c for c in self.classes_]}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         post = np.ascontiguousarray(arrays["leaf.posterior"], dtype=np.float32)
         classes = arrays["classes"]
         if post.shape != (self.forest_.n_leaves, classes.size) or classes.size < 2:

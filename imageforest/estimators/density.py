@@ -103,7 +103,7 @@ class DensityForest(UnsupervisedForestBase):
         As for `ClassificationForest`. Depth is the main smoothness control (Fig. 5.4-5.6).
     """
 
-    _task = "density"
+    task = "density"
     _estimator_kind = "density_estimator"
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | None = 4, weak_learner: str = "axis",
@@ -205,7 +205,7 @@ class DensityForest(UnsupervisedForestBase):
         Alg. 5.1 with the exact leaf probabilities: a tree uniformly, then leaf l with probability
         pi_l m_l / Z_t (the leaf's share of p_t), then its Gaussian truncated to the cell (by rejection).
         """
-        self._check_fitted()
+        self.check_fitted()
         if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
             raise InvalidInputError(f"n_samples must be a positive integer, got {n_samples!r}")
         rng = np.random.default_rng(random_state)
@@ -249,7 +249,7 @@ class DensityForest(UnsupervisedForestBase):
         The weight is the leaf's share of the joint density along the line {x = x*}:
         pi_l / Z_t * N(x*; mu_x, Sigma_xx), nonzero only where x* lies in the cell.
         """
-        self._check_fitted()
+        self.check_fitted()
         if self.weak_learner != "axis":
             raise InvalidInputError("conditionals need axis-aligned cells (weak_learner='axis')")
         d = self.n_features_in_
@@ -317,7 +317,7 @@ class DensityForest(UnsupervisedForestBase):
         return out
 
     # -- model files --------------------------------------------------------------------------------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         arrays = {"leaf.mean": self.leaf_mean_, "leaf.cov": self.leaf_cov_, "leaf.share": self.leaf_share_,
                   "leaf.mass": self.leaf_mass_, "tree.partition": self.partition_,
                   "tree.partition_error": self.partition_error_}
@@ -325,7 +325,7 @@ class DensityForest(UnsupervisedForestBase):
             arrays.update({"leaf.cell_lo": self.cell_lo_, "leaf.cell_hi": self.cell_hi_})
         return arrays
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         L, T, d = self.forest_.n_leaves, self.forest_.n_trees, self.n_features_in_
         shapes = {"leaf.mean": (L, d), "leaf.cov": (L, d, d), "leaf.share": (L,), "leaf.mass": (L,),
                   "tree.partition": (T,), "tree.partition_error": (T,)}

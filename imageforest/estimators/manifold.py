@@ -256,8 +256,8 @@ class ManifoldForest(UnsupervisedForestBase):
     affinity_matrix_ : scipy.sparse.csr_matrix (n_samples, n_samples), eq. 6.6
     """
 
-    _task = "manifold"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    task = "manifold"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "n_components": Integer(1), "affinity": Options(choices=AFFINITIES),
         "epsilon": Real(0.0, low_open=True, allow_none=True), "n_eigenvalues": Integer(1),
         "embedding": Options(choices=EMBEDDINGS), "n_neighbours": Integer(1), "n_landmarks": Integer(1)}
@@ -371,13 +371,16 @@ class ManifoldForest(UnsupervisedForestBase):
                                 AFFINITIES.index(self.affinity), self._prec, self._inv_eps2)
 
     # -- model files: the embedding is defined by its training points, so they are saved with it -------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         order, start, end = self._membership
         return {"train.X": self._X, "train.order": order, "leaf.start": start, "leaf.end": end,
-                "leaf.precision": self._prec, "train.embedding": self.embedding_, "eigenvalues": self.eigenvalues_,
+                "leaf.precision": self._prec,
+                # C order, as a loaded model holds it: the eigensolver's Fortran-ordered result would give a file of
+                # other bytes than the same model saved again after loading
+                "train.embedding": np.ascontiguousarray(self.embedding_), "eigenvalues": self.eigenvalues_,
                 "inv_eps2": np.array([self._inv_eps2])}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         try:
             X = np.ascontiguousarray(arrays["train.X"], np.float64)
             order = np.ascontiguousarray(arrays["train.order"], np.int32)

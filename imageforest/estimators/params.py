@@ -1,8 +1,8 @@
 """Hyper-parameters declared once per estimator class and checked by one function.
 
-Each estimator lists ``_parameter_constraints``: name -> a rule below. `check_params` checks every declared
+Each estimator lists ``parameter_constraints``: name -> a rule below. `check_params` checks every declared
 hyper-parameter of an estimator against its rule at `fit` and raises `InvalidInputError` naming the class, the
-parameter, what it accepts and what it got (scikit-learn's ``_parameter_constraints`` idea, in a few lines).
+parameter, what it accepts and what it got (scikit-learn's ``parameter_constraints`` idea, in a few lines).
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ class Anything(Rule):
 
 
 def check_params(estimator: Any) -> None:
-    """Check every hyper-parameter of `estimator` against its class's ``_parameter_constraints``."""
-    rules: dict[str, Rule] = type(estimator)._parameter_constraints
+    """Check every hyper-parameter of `estimator` against its class's ``parameter_constraints``."""
+    rules: dict[str, Rule] = type(estimator).parameter_constraints
     for name, value in estimator.get_params().items():
         rule = rules.get(name)
         if rule is None:

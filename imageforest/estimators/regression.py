@@ -73,9 +73,9 @@ class RegressionForest(BaseForest):
     feature_importances_ : (n_features,) array
     """
 
-    _task = "regression"
+    task = "regression"
     _estimator_kind = "regressor"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "criterion": Options(choices=("gaussian", "squared_error")),
         "leaf_model": Options(choices=LEAF_MODELS), "variant": Options(choices=VARIANTS),
         "data_split": Options(choices=("tree", "forest", "auto"), allow_none=True), "range_points": Integer(1),
@@ -265,7 +265,7 @@ class RegressionForest(BaseForest):
         return float(r2.mean())
 
     # -- model files --------------------------------------------------------------------------------------
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         if self.leaf_model == "linear":
             return {"leaf.x_mean": self.leaf_x_mean_, "leaf.coef": self.leaf_coef_,
                     "leaf.a_inv": self.leaf_a_inv_, "leaf.noise": self.leaf_noise_}
@@ -274,10 +274,10 @@ class RegressionForest(BaseForest):
             arrays["leaf.cov"] = self.leaf_cov_
         return arrays
 
-    def _extra_metadata(self) -> dict:
+    def extra_metadata(self) -> dict:
         return {"n_outputs": int(self.n_outputs_), "y_1d": bool(self._y_1d)}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         n_leaves = self.forest_.n_leaves
         d = int(meta["n_outputs"])
         p = self.n_features_in_

@@ -97,9 +97,9 @@ class SemiSupervisedForest(UnsupervisedForestBase):
     label_distributions_ : (n_samples, n_classes) the leaves' transduced class distributions averaged over trees
     """
 
-    _task = "semi-supervised"
+    task = "semi-supervised"
     _estimator_kind = "classifier"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {**GROWTH, "alpha": Real(0.0), "n_neighbours": Integer(1),
+    parameter_constraints: ClassVar[dict[str, Rule]] = {**GROWTH, "alpha": Real(0.0), "n_neighbours": Integer(1),
                                                          "bandwidth": Real(0.0)}
 
     def __init__(self, alpha: float = 1.0, *, n_neighbours: int = 3, bandwidth: float = 5.0, n_trees: int = 100,
@@ -235,11 +235,11 @@ class SemiSupervisedForest(UnsupervisedForestBase):
             score[chosen] = -np.inf
         return np.array(chosen, dtype=np.int64)
 
-    def _leaf_arrays(self) -> dict[str, np.ndarray]:
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
         classes = self.classes_ if self.classes_.dtype.kind in "biufU" else self.classes_.astype(str)
         return {"leaf.posterior": self.leaf_posterior_, "classes": classes}
 
-    def _restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         post, classes = arrays.get("leaf.posterior"), arrays.get("classes")
         if post is None or classes is None or post.shape != (self.forest_.n_leaves, classes.size):
             raise ModelFormatError("leaf posteriors do not match the forest's leaves and classes")

@@ -57,14 +57,20 @@ class _ImageInputs:
 
     features: FeatureFamily | None
 
-    def _saved_hyper_parameters(self) -> dict:
-        params = super()._saved_hyper_parameters()
+    def saved_hyper_parameters(self) -> dict:
+        params = super().saved_hyper_parameters()
         params.pop("features", None)  # stored as the family spec
         return params
 
     @classmethod
-    def _from_hyper_parameters(cls, hyper: dict, meta: dict):
+    def from_hyper_parameters(cls, hyper: dict, meta: dict):
         return cls(**{k: v for k, v in hyper.items() if k != "features"})
+
+    def restore_leaves(self, meta: dict, arrays: dict) -> None:
+        super().restore_leaves(meta, arrays)
+        # the family the file describes is the `features` this model was given: a clone of a loaded model then
+        # grows on the same features, not on the default boxes
+        self.features = self.family_
 
     def _family(self) -> FeatureFamily:
         return self.features if self.features is not None else BoxFeatures()
@@ -76,7 +82,7 @@ class _ImageInputs:
 
     def apply(self, images, points) -> np.ndarray:  # type: ignore[override]
         """Leaf ids (n_points, n_trees) of the given points."""
-        self._check_fitted()
+        self.check_fitted()
         data, _ = self._data(self.family_, images, points)
         with numba_threads(self.n_jobs):
             return self.family_.apply(data, self.forest_)
@@ -99,8 +105,8 @@ class ImageClassificationForest(_ImageInputs, ClassificationForest):
     >>> posterior = forest.predict_proba_image(new_depth_map)   # Image (y, x, n_classes)
     """
 
-    _task = "image-classification"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest._parameter_constraints,
+    task = "image-classification"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest.parameter_constraints,
                                                          "features": Anything()}
 
     def __init__(self, features: FeatureFamily | None = None, *, n_trees: int = 20, max_depth: int | None = 20,
@@ -171,9 +177,9 @@ class ImageRegressionForest(_ImageInputs, RegressionForest):
     >>> forest.predict_distribution([ct], points).std() # the forest's Gaussian mixture p(y | point)
     """
 
-    _task = "image-regression"
-    _parameter_constraints: ClassVar[dict[str, Rule]] = {
-        **RegressionForest._parameter_constraints, "features": Anything(),
+    task = "image-regression"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **RegressionForest.parameter_constraints, "features": Anything(),
         "leaf_model": Options(choices=("constant", "gaussian"))}
 
     def __init__(self, features: FeatureFamily | None = None, *, n_trees: int = 20, max_depth: int | None = 20,
@@ -223,7 +229,7 @@ class ImageRegressionForest(_ImageInputs, RegressionForest):
     def predict_image(self, image, mask=None) -> Image:
         """E[y] of every pixel or voxel (or those in `mask`; others 0) with the input's geometry: array
         (y, x, q) or (z, y, x, q), float32."""
-        self._check_fitted()
+        self.check_fitted()
 
         def mean(img, pts):
             return self.leaf_mean_[self.apply(img, pts)].mean(axis=1)

@@ -8,7 +8,7 @@ import pytest
 from benchmarks.localize.baselines import BodyRelativeMeanBox, ExtraTreesVoting
 from imageforest.apps.localize.evaluate import OrganScores
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices
+from imageforest.imaging.ct_organs import OrganSlices
 
 pytest.importorskip("sklearn", reason="the ExtraTrees prototype is scikit-learn's (a dev dependency)")
 

@@ -56,7 +56,7 @@ ALL_CLASSES = [c[0] for c in CASES.values()] + [ImageClassificationForest, Image
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
 def test_every_parameter_is_declared_and_keyword_only_after_the_first(cls):
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    assert set(cls._parameter_constraints) >= {p.name for p in params}
+    assert set(cls.parameter_constraints) >= {p.name for p in params}
     assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
     with pytest.raises(TypeError):

@@ -68,7 +68,7 @@ def test_growing_margins_add_finished_leaves_once_and_match_a_full_recount():
 
 
 class Alternating(ClassificationForest):
-    def _global_loss(self):
+    def global_loss(self):
         return "exponential"
 
 

@@ -42,11 +42,12 @@ def test_importing_the_library_or_its_command_imports_no_application():
 def test_the_command_lists_every_application_command():
     from click.testing import CliRunner
 
-    from imageforest.cli import APP_COMMANDS, main
+    from imageforest.applications import app_commands
+    from imageforest.cli import main
 
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
-    for name in APP_COMMANDS:
+    for name in [*app_commands(), "model-info"]:
         assert name in result.output
 
 

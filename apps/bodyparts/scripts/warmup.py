@@ -27,5 +27,10 @@ def main() -> None:
     print(f"body-parts kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
+def warm_up() -> None:
+    """The application's warm-up (`imageforest.App.warmup`)."""
+    main()
+
+
 if __name__ == "__main__":
     main()

@@ -22,7 +22,7 @@ from imageforest.apps.localize.api import load_localizer
 from imageforest.apps.localize.evaluate import OrganScores
 from imageforest.apps.localize.overlay import write_overlay
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices
+from imageforest.imaging.ct_organs import OrganSlices
 from imageforest.imaging.io import write_image
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from imageforest.apps.localize.api import DEFAULT_MODEL
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.recipe import PARAMETERS
-from imageforest.apps.localize.scans import openkbp_cases
 from imageforest.apps.localize.training import train_localizer
+from imageforest.imaging.ct_organs import openkbp_cases
 
 NAME = "openkbp-hn-7-organs"
 VERSION = "2"

@@ -30,7 +30,7 @@ def main() -> None:
 
 def training() -> None:
     from imageforest.apps.localize.model import OrganLocalizer
-    from imageforest.apps.localize.scans import OrganSlices
+    from imageforest.imaging.ct_organs import OrganSlices
 
     t0 = time.perf_counter()
     phantoms = [head_neck_phantom(seed, size=(48, 48, 40), spacing=(8.0, 8.0, 6.0)) for seed in range(2)]
@@ -39,6 +39,12 @@ def training() -> None:
     OrganLocalizer(list(ORGANS), n_trees=2, max_depth=4, n_candidates=8, min_samples_leaf=5, points_per_scan=200,
                    crops_per_scan=1, random_state=0).fit(scans, truths)
     print(f"localizer training kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
+
+
+def warm_up() -> None:
+    """The application's warm-up (`imageforest.App.warmup`): localizing, then training."""
+    main()
+    training()
 
 
 if __name__ == "__main__":

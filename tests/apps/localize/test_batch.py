@@ -10,8 +10,8 @@ from cli_helpers import one_line_error, run
 from imageforest.apps.localize.batch import REPORT_NAME, expand_scan_arguments, is_complete, localize_many, plan_batch
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices
 from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.ct_organs import OrganSlices
 from imageforest.imaging.io import write_image
 
 TINY = dict(n_trees=2, max_depth=6, n_candidates=20, min_samples_leaf=10, points_per_scan=300, refine_trees=1,

@@ -13,7 +13,7 @@ from cli_helpers import one_line_error, run
 
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices
+from imageforest.imaging.ct_organs import OrganSlices
 from imageforest.imaging.io import Image, read_image, write_image
 
 

@@ -8,13 +8,13 @@ import pytest
 
 from imageforest.apps.localize.coarse import with_edge_prior
 from imageforest.apps.localize.evaluate import OrganScores
-from imageforest.apps.localize.grid import visible_share
 from imageforest.apps.localize.model import OrganLocalizer, boxes_in_view
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
 from imageforest.apps.localize.report import box_label_map, localization_json
-from imageforest.apps.localize.scans import OrganSlices, box_to_index, crop_z
 from imageforest.apps.localize.snapping import voxel_box
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.ct import crop_z, visible_share
+from imageforest.imaging.ct_organs import OrganSlices, box_to_index
 from imageforest.imaging.io import Image
 
 SMALL = dict(n_trees=4, max_depth=10, n_candidates=30, min_samples_leaf=10, points_per_scan=600, crops_per_scan=1,
@@ -127,7 +127,7 @@ def test_bad_training_input(phantoms):
 
 
 def test_body_edges_are_the_outer_faces_of_body_voxels():
-    from imageforest.apps.localize.scans import body_edges
+    from imageforest.imaging.ct import body_edges
     from imageforest.imaging.io import Image
 
     arr = np.full((10, 12, 14), -1000.0, dtype=np.float32)
@@ -332,9 +332,9 @@ def test_second_stage_off_answers_from_the_first(phantoms):
     fine = OrganLocalizer(list(ORGANS), **{**SMALL, "n_trees": 2, "max_depth": 6, "refine_trees": 1,
                                            "refine_points": (200, 100)}).fit(scans, truths)
     assert all(len(c) == 2 for c in fine.refiners_ if c is not None)
-    for key, value in model._leaf_arrays().items():
+    for key, value in model.leaf_arrays().items():
         if not key.startswith("refine."):
-            np.testing.assert_array_equal(fine._leaf_arrays()[key], value)
+            np.testing.assert_array_equal(fine.leaf_arrays()[key], value)
     np.testing.assert_array_equal(fine.forest_.params, model.forest_.params)
 
 

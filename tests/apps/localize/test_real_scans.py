@@ -7,7 +7,8 @@ import pytest
 
 from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
 from imageforest.apps.localize.phantom import head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices, openkbp_cases, read_scan
+from imageforest.imaging.ct import read_scan
+from imageforest.imaging.ct_organs import OrganSlices, openkbp_cases
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 OPENKBP = DATA / "openkbp-hn"

@@ -8,9 +8,9 @@ import pytest
 
 from imageforest.apps.localize.model import OrganLocalizer
 from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
-from imageforest.apps.localize.scans import OrganSlices
 from imageforest.apps.localize.slices import elongated, slice_medians
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.ct_organs import OrganSlices
 
 SMALL = dict(n_trees=2, max_depth=8, n_candidates=30, min_samples_leaf=10, points_per_scan=400, crops_per_scan=0,
              refine_trees=1, refine_min_samples_leaf=20, slice_trees=2, slice_points=300, random_state=0)
@@ -66,8 +66,8 @@ def test_slice_stage_for_tubes_only_and_leaves_other_stages_alone(model, phantom
     assert off.slicers_ == [None] * 7
     # The slice stage draws from its own random stream: the first and fine stages are the same with or without it.
     np.testing.assert_array_equal(off.forest_.params, model.forest_.params)
-    for key, value in off._leaf_arrays().items():
-        np.testing.assert_array_equal(model._leaf_arrays()[key], value)
+    for key, value in off.leaf_arrays().items():
+        np.testing.assert_array_equal(model.leaf_arrays()[key], value)
     # Only the tubes' x/y walls change.
     ct = phantoms[3][0]
     for o, (a, b) in enumerate(zip(model.localize(ct).organs, off.localize(ct).organs, strict=True)):
