@@ -104,3 +104,20 @@ def test_help_imports_no_application_module():
             "print(sorted(m for m in sys.modules if m.startswith('imageforest.apps.') and m.count('.') > 2))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("recipe, estimator", [
+    ("imageforest.apps.localize.recipe:PARAMETERS", "imageforest.apps.localize.model:OrganLocalizer"),
+    ("imageforest.apps.detect.recipe:RECIPE", "imageforest.apps.detect.model:HoughForestDetector"),
+    ("imageforest.apps.bodyparts.recipe:RECIPE", "imageforest.apps.bodyparts.model:BodyPartsForest"),
+    ("imageforest.apps.segment.recipe:PICTURE", "imageforest.apps.segment.model:SegmentationForest"),
+])
+def test_each_recipe_is_its_estimators_defaults(recipe, estimator):
+    """The shipped model's settings (recipe.py) are the estimator's defaults, its seed aside."""
+    from imageforest.applications import resolve
+
+    settings, cls = resolve(recipe), resolve(estimator)
+    defaults = cls().get_params()
+    shared = [k for k in settings if k in defaults and k != "random_state"]
+    assert len(shared) >= 3
+    assert {k: defaults[k] for k in shared} == {k: settings[k] for k in shared}

@@ -13,6 +13,7 @@ import click
 
 from imageforest.app_commands import check_batch_inputs, check_planned_outputs, check_training_options, run_batch
 from imageforest.apps.bodyparts.depth import DEPTH_SUFFIXES
+from imageforest.apps.bodyparts.recipe import RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import output_folder, output_stems, plan_outputs
@@ -83,45 +84,54 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
 @commands.command("train-bodyparts")
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
-@click.option("--trees", type=int, default=3, show_default=True, help="Trees T.")
-@click.option("--depth", type=int, default=20, show_default=True, help="Maximum depth D.")
+@click.option("--trees", type=int, default=RECIPE["n_trees"], show_default=True, help="Trees T.")
+@click.option("--depth", type=int, default=RECIPE["max_depth"], show_default=True, help="Maximum depth D.")
 @click.option("--images", type=int, default=None, help="Train on the first N maps (default: all).")
-@click.option("--pixels-per-image", type=int, default=2000, show_default=True, help="Pixels drawn per map.")
-@click.option("--candidates", type=int, default=200, show_default=True, help="Probe candidates per node (rho).")
-@click.option("--reach", type=float, default=0.6, show_default=True, help="Farthest probe offset (m).")
-@click.option("--balanced", is_flag=True, help="Weigh parts equally (raises the mean per-part accuracy).")
-@click.option("--tree-share", type=float, default=None,
-              help="Share of the pixels each tree grows on, drawn per tree (default: all; e.g. 0.5).")
+@click.option("--pixels-per-image", type=int, default=RECIPE["pixels_per_image"], show_default=True,
+              help="Pixels drawn per map.")
+@click.option("--candidates", type=int, default=RECIPE["n_candidates"], show_default=True,
+              help="Probe candidates per node (rho).")
+@click.option("--reach", type=float, default=RECIPE["reach_m"], show_default=True, help="Farthest probe offset (m).")
+@click.option("--min-leaf", type=int, default=RECIPE["min_samples_leaf"], show_default=True,
+              help="Fewest pixels in a leaf (larger: a smaller model file).")
+@click.option("--balanced/--unbalanced", default=RECIPE["class_weight"] == "balanced", show_default=True,
+              help="Weigh parts equally (raises the mean per-part accuracy).")
+@click.option("--tree-share", type=float, default=RECIPE["max_samples"], show_default=True,
+              help="Share of the pixels each tree grows on, drawn per tree (1: all).")
 # model.THRESHOLD_SAMPLINGS, written out: importing the model module here would load the forest for every command
 # (a test keeps the two the same)
-@click.option("--thresholds", type=click.Choice(["data", "range"]), default="data", show_default=True,
-              help="Draw a probe's thresholds from the node's responses, or uniformly over their range.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
+@click.option("--thresholds", type=click.Choice(["data", "range"]), default=RECIPE["threshold_sampling"],
+              show_default=True, help="Draw a probe's thresholds from the node's responses, or uniformly over their "
+                                      "range.")
+@click.option("--seed", type=int, default=RECIPE["random_state"], show_default=True,
+              help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its card.")
 @click.option("--threads", type=int, default=None, help="Threads (default: all cores).")
 def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, images: int | None,
-                            pixels_per_image: int, candidates: int, reach: float, balanced: bool,
-                            tree_share: float | None, thresholds: str, seed: int, name: str,
-                            threads: int | None) -> None:
+                            pixels_per_image: int, candidates: int, reach: float, min_leaf: int, balanced: bool,
+                            tree_share: float, thresholds: str, seed: int, name: str, threads: int | None) -> None:
     """Train a body-parts model on DATA: rendered bodies (data_scripts/render_bodies.py) or hand-depth-parts."""
     check_training_options(out, (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
-                                 ("--pixels-per-image", pixels_per_image, 1)))
-    if tree_share is not None and not 0.0 < tree_share <= 1.0:
+                                 ("--pixels-per-image", pixels_per_image, 1), ("--min-leaf", min_leaf, 1)))
+    if not 0.0 < tree_share <= 1.0:
         raise fail(f"--tree-share must lie in (0, 1], got {tree_share}")
     try:
         from imageforest.apps.bodyparts.training import train_bodyparts
 
         model, summary = train_bodyparts(data_dir, n_trees=trees, max_depth=depth, n_images=images,
                                          pixels_per_image=pixels_per_image, n_candidates=candidates,
-                                         reach_m=reach, class_weight="balanced" if balanced else None,
-                                         max_samples=tree_share, threshold_sampling=thresholds,
+                                         reach_m=reach, min_samples_leaf=min_leaf,
+                                         class_weight="balanced" if balanced else None,
+                                         max_samples=None if tree_share == 1.0 else tree_share,
+                                         threshold_sampling=thresholds,
                                          random_state=seed, n_jobs=threads,
                                          progress=lambda msg: click.echo(msg, err=True))
         model.model_card_ = {"name": name, "trained_on": str(data_dir), **summary,
-                             "recipe": {"trees": trees, "depth": depth, "candidates": candidates,
-                                        "pixels_per_image": pixels_per_image, "reach_m": reach,
-                                        "balanced": balanced, "tree_share": tree_share, "thresholds": thresholds,
-                                        "seed": seed}}
+                             "recipe": {"n_trees": trees, "max_depth": depth, "n_candidates": candidates,
+                                        "pixels_per_image": pixels_per_image, "max_samples": tree_share,
+                                        "reach_m": reach, "min_samples_leaf": min_leaf,
+                                        "class_weight": "balanced" if balanced else None,
+                                        "threshold_sampling": thresholds, "random_state": seed}}
         model.save(out)
     except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None

@@ -67,6 +67,8 @@ def stack_depths(depths: list[np.ndarray]) -> ImageStack:
 class BodyPartsForest(ImageClassificationForest):
     """Body (or hand) parts from a depth map, every pixel, with joint proposals.
 
+    The defaults are the settings of the shipped body model (`recipe.py`), its seed aside.
+
     Parameters
     ----------
     features : DepthProbes
@@ -107,7 +109,7 @@ class BodyPartsForest(ImageClassificationForest):
                                                          "threshold_sampling": Options(choices=THRESHOLD_SAMPLINGS)}
 
     def __init__(self, features: DepthProbes | None = None, *, n_trees: int = 3, max_depth: int | None = 20,
-                 n_candidates=200, class_weight=None, min_samples_leaf: int = 1, max_samples=None,
+                 n_candidates=400, class_weight="balanced", min_samples_leaf: int = 24, max_samples=1 / 3,
                  bandwidth_mm: float = 65.0, vote_threshold: float = 0.14, smoothing_mm: float = 30.0,
                  threshold_sampling: str = "data", random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(features, n_trees=n_trees, max_depth=max_depth, n_candidates=n_candidates,
@@ -118,7 +120,7 @@ class BodyPartsForest(ImageClassificationForest):
         self.smoothing_mm = smoothing_mm
         self.threshold_sampling = threshold_sampling
 
-    def _family(self) -> DepthProbes:
+    def feature_family(self) -> DepthProbes:
         return self.features if self.features is not None else DepthProbes(max_offset=0.6 * 1000 * 285.0)
 
     def fit_parts(self, depths: list[np.ndarray] | ImageStack, points: np.ndarray, labels: np.ndarray,
@@ -177,7 +179,7 @@ class BodyPartsForest(ImageClassificationForest):
         stack = ImageStack.from_images([depth], integral=False)
         with numba_threads(self.n_jobs):
             leaves = self._scaled_family(camera).apply((stack, pts), self.forest_)
-        post = self._posterior_from_leaves(leaves)
+        post = self.posterior_from_leaves(leaves)
         if post.shape[1] != len(self.part_names_):  # parts never seen in training keep 0
             full = np.zeros((post.shape[0], len(self.part_names_)), dtype=np.float32)
             full[:, self.classes_.astype(np.int64) - 1] = post

@@ -17,11 +17,9 @@ import numpy as np
 from imageforest.apps.bodyparts.datasets import DataSet, open_dataset
 from imageforest.apps.bodyparts.joints import propose_joints, true_part_posteriors
 from imageforest.apps.bodyparts.model import BodyPartsForest, stack_depths
+from imageforest.apps.bodyparts.recipe import RECIPE
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.features import DepthProbes, reading_box
-
-RECIPE = {"n_trees": 3, "max_depth": 20, "n_candidates": 200, "pixels_per_image": 2000, "reach_m": 0.6,
-          "min_samples_leaf": 1, "random_state": 0}
 
 
 def sample_pixels(labels: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -57,12 +55,15 @@ def learn_push(data: DataSet, samples, joint_parts: dict[str, list[int]], bandwi
 def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], max_depth: int = RECIPE["max_depth"],
                     n_images: int | None = None, pixels_per_image: int = RECIPE["pixels_per_image"],
                     n_candidates: int = RECIPE["n_candidates"], reach_m: float = RECIPE["reach_m"],
-                    min_samples_leaf: int = RECIPE["min_samples_leaf"], class_weight: str | None = None,
-                    max_samples: int | float | None = None, threshold_sampling: str = "data",
+                    min_samples_leaf: int = RECIPE["min_samples_leaf"],
+                    class_weight: str | None = RECIPE["class_weight"],
+                    max_samples: int | float | None = RECIPE["max_samples"],
+                    threshold_sampling: str = RECIPE["threshold_sampling"],
                     random_state: int = RECIPE["random_state"], n_jobs: int | None = None,
                     progress: Callable[[str], None] | None = None) -> tuple[BodyPartsForest, dict]:
     """Train on the first `n_images` maps of a folder (all by default); each tree on `max_samples` of the pixels
-    (a count or a share; None: all of them); `threshold_sampling` as `BodyPartsForest` takes it.
+    (a count or a share; None: all of them); `threshold_sampling` as `BodyPartsForest` takes it. The defaults are
+    the shipped model's recipe (`recipe.py`).
 
     Returns
     -------

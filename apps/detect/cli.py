@@ -13,6 +13,7 @@ import click
 
 from imageforest.app_commands import check_batch_inputs, check_planned_outputs, check_training_options, run_batch
 from imageforest.apps.detect.datasets import IMAGE_SUFFIXES
+from imageforest.apps.detect.recipe import RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import output_folder, output_stems, plan_outputs
@@ -70,19 +71,21 @@ def detect(images: tuple[Path, ...], out: Path, model_path: Path | None, overlay
 @commands.command("train-detector")
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
-@click.option("--variant", type=click.Choice(["hough", "adhf"]), default="hough", show_default=True,
+@click.option("--variant", type=click.Choice(["hough", "adhf"]), default=RECIPE["variant"], show_default=True,
               help="Hough forest, or alternating decision Hough forest (weights from a global loss).")
-@click.option("--loss", type=click.Choice(["logit", "exponential", "savage", "tangent", "hinge"]), default="tangent",
-              show_default=True, help="Global loss of --variant adhf.")
-@click.option("--trees", type=int, default=10, show_default=True, help="Trees T.")
-@click.option("--depth", type=int, default=15, show_default=True, help="Maximum depth D.")
-@click.option("--patches", type=int, default=400, show_default=True,
+@click.option("--loss", type=click.Choice(["logit", "exponential", "savage", "tangent", "hinge"]),
+              default=RECIPE["loss"], show_default=True, help="Global loss of --variant adhf.")
+@click.option("--trees", type=int, default=RECIPE["n_trees"], show_default=True, help="Trees T.")
+@click.option("--depth", type=int, default=RECIPE["max_depth"], show_default=True, help="Maximum depth D.")
+@click.option("--patches", type=int, default=RECIPE["patches_per_image"], show_default=True,
               help="Patches per image (half inside the boxes, half outside).")
-@click.option("--candidates", type=int, default=200, show_default=True, help="Pixel-pair tests per node (rho).")
+@click.option("--candidates", type=int, default=RECIPE["n_candidates"], show_default=True,
+              help="Pixel-pair tests per node (rho).")
 @click.option("--negatives", type=click.Path(path_type=Path), default=None,
               help="Folder of background images without the object.")
 @click.option("--images", type=int, default=None, help="Train on the first N images (default: all).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
+@click.option("--seed", type=int, default=RECIPE["random_state"], show_default=True,
+              help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its card.")
 @click.option("--threads", type=int, default=None, help="Threads (default: all cores).")
 def train_detector_command(data_dir: Path, out: Path, variant: str, loss: str, trees: int, depth: int, patches: int,
@@ -99,8 +102,9 @@ def train_detector_command(data_dir: Path, out: Path, variant: str, loss: str, t
                                         loss=loss, n_images=images, random_state=seed, n_jobs=threads,
                                         progress=lambda msg: click.echo(msg, err=True))
         model.model_card_ = {"name": name, "trained_on": str(data_dir), **summary,
-                             "recipe": {"variant": variant, "loss": loss, "trees": trees, "depth": depth,
-                                        "patches": patches, "candidates": candidates, "seed": seed}}
+                             "recipe": {"n_trees": trees, "max_depth": depth, "n_candidates": candidates,
+                                        "patches_per_image": patches, "variant": variant, "loss": loss,
+                                        "random_state": seed}}
         model.save(out)
     except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None

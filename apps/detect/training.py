@@ -10,10 +10,9 @@ import numpy as np
 
 from imageforest.apps.detect.datasets import list_images, open_box_folder, read_rgb
 from imageforest.apps.detect.model import HoughForestDetector, resize
+from imageforest.apps.detect.recipe import RECIPE
 from imageforest.exceptions import InvalidInputError
 
-RECIPE = {"n_trees": 10, "max_depth": 15, "n_candidates": 200, "patches_per_image": 400, "variant": "hough",
-          "loss": "tangent", "random_state": 0}
 MAX_SIDE = 640  # images are read at most this large (longer side): the detector works at about 64-pixel objects
 
 

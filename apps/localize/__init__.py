@@ -35,7 +35,7 @@ app = App(
         lazy_command("train-localizer", "imageforest.apps.localize.cli:train_localizer",
                      "Train a localizer on DATA_DIR: CT scans with organ label maps."),
     ),
-    readers={"OrganLocalizer": "imageforest.apps.localize.files:localizer_from_record"},
+    readers={"OrganLocalizer": "imageforest.apps.localize.model_files:localizer_from_record"},
     warmup="imageforest.apps.localize.scripts.warmup:warm_up",
     models={"hn_organs": Path(__file__).parent / "models" / "hn_organs.npz"},
 )

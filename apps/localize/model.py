@@ -27,7 +27,7 @@ the x/y walls with the extremes of per-slice cross-sections voted over the casca
 This module holds the settings and the training; `OrganLocalizer.localize` runs the stages in order, each module
 taking the previous one's result: `imageforest.imaging.ct.working_grid` (the working grid), `coarse.py` (the first
 stage's vote), `refine.py` (fine stages), `slices.py` (slice stage), `snapping.py` (walls on voxel faces).
-`files.py` reads and writes the model file.
+`model_files.py` reads and writes the model file.
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ FINE_STAGE_SETTINGS = ("refine_trees", "refine_min_samples_leaf", "refine_margin
 
 class OrganLocalizer(PlainTrees):
     """A regression forest that votes for organ bounding boxes in CT scans.
+
+    The defaults are the settings of the shipped model (`recipe.py`), its seed aside.
 
     Parameters
     ----------
@@ -169,9 +171,9 @@ class OrganLocalizer(PlainTrees):
         "slice_margin_mm": Real(0.0, 500.0), "slice_reach_mm": Real(0.0, 500.0), "slice_points": Integer(1, 1_000_000),
         "slice_fraction": Real(0.0, 1.0, low_open=True), "slice_window": Integer(1, 1001)}
 
-    def __init__(self, organs: list[str] | tuple[str, ...] = (), *, spacing_mm: float = 4.0, n_trees: int = 12,
-                 max_depth: int | None = 14, n_candidates: int = 60, n_thresholds: int | None = 12,
-                 min_samples_leaf: int = 8, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
+    def __init__(self, organs: list[str] | tuple[str, ...] = (), *, spacing_mm: float = 4.0, n_trees: int = 10,
+                 max_depth: int | None = 12, n_candidates: int = 60, n_thresholds: int | None = 12,
+                 min_samples_leaf: int = 20, max_offset_mm: float = 80.0, box_size_mm=(4.0, 40.0),
                  difference: bool = False, points_per_scan: int = 800, crops_per_scan: int = 1,
                  vote_points: int = 20_000, vote_fraction: float = 0.02, max_spread_mm: float = 35.0,
                  edge_prior_share: float = 0.25, presence_fraction: float = 0.3, min_visible: float = 0.5,
@@ -510,21 +512,21 @@ class OrganLocalizer(PlainTrees):
 
     # -- model files --------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        """Write the model, every stage's forest by name, to `path` (atomic; `imageforest.apps.localize.files`)."""
-        from imageforest.apps.localize.files import write_localizer
+        """Write the model, every stage's forest by name, to `path` (atomic; `model_files.py`)."""
+        from imageforest.apps.localize.model_files import write_localizer
 
         write_localizer(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> OrganLocalizer:
         """Read a model `save` wrote (or one in the older single-record layout); ModelFormatError if damaged."""
-        from imageforest.apps.localize.files import read_localizer
+        from imageforest.apps.localize.model_files import read_localizer
 
         return read_localizer(path)
 
     def named_forests(self) -> dict[str, BaseForest]:
         """Every fitted stage's forest under its name in the model file (this first stage included)."""
-        from imageforest.apps.localize.files import named_forests
+        from imageforest.apps.localize.model_files import named_forests
 
         return named_forests(self)
 

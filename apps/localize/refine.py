@@ -239,7 +239,7 @@ class WallRefiner(PlainTrees):
                                         region_positions(region, zyx), WALL_AXIS, (keep,))
         return boxes[0], spreads[0]
 
-    # -- model files (a forest of the localizer's file: `imageforest.apps.localize.files`) -----------------
+    # -- model files (a forest of the localizer's file: `imageforest.apps.localize.model_files`) -----------------
     def leaf_arrays(self) -> dict[str, np.ndarray]:
         return {"leaf.count": self.leaf_count_, "leaf.mean": self.leaf_mean_, "leaf.var": self.leaf_var_}
 

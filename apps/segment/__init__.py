@@ -19,10 +19,12 @@ _LAZY = {
     "Segmentation": "imageforest.apps.segment.model",
     "SegmentationForest": "imageforest.apps.segment.model",
     "SegmentationSession": "imageforest.apps.segment.session",
+    "load_segmentation_model": "imageforest.apps.segment.api",
+    "segment_file": "imageforest.apps.segment.api",
     "prepare": "imageforest.apps.segment.features",
-    "read_scribbles": "imageforest.apps.segment.files",
-    "read_segmentation_image": "imageforest.apps.segment.files",
-    "write_labels": "imageforest.apps.segment.files",
+    "read_scribbles": "imageforest.apps.segment.image_files",
+    "read_segmentation_image": "imageforest.apps.segment.image_files",
+    "write_labels": "imageforest.apps.segment.image_files",
 }
 
 # What this application declares to the suite (its entry point in pyproject.toml names this object).

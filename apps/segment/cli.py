@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from imageforest.apps.segment.recipe import FOREST, PICTURE, VOLUME  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
 
@@ -57,12 +58,13 @@ def commands() -> None:
 @click.option("--save-model", "save_model_path", type=click.Path(path_type=Path),
               help="Save the trained model (.npz) to apply to other images.")
 @click.option("--smoothness", type=float, default=None,
-              help="Graph-cut boundary weight, 0: none [default: 50 for pictures, 0 for volumes].")
+              help=f"Graph-cut boundary weight, 0: none [default: {PICTURE['smoothness']:g} for pictures, "
+                   f"{VOLUME['smoothness']:g} for volumes].")
 @click.option("--geodesic-weight", type=float, default=None,
-              help="Share of the geodesic transduction in the posterior, 0: the forest alone [default: 0.6 for "
-                   "pictures, 0.8 for volumes].")
-@click.option("--trees", type=int, default=20, show_default=True, help="T, trees of the forest.")
-@click.option("--depth", type=int, default=12, show_default=True, help="D, the trees' depth limit.")
+              help="Share of the geodesic transduction in the posterior, 0: the forest alone [default: "
+                   f"{PICTURE['geodesic_weight']:g} for pictures, {VOLUME['geodesic_weight']:g} for volumes].")
+@click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
+@click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
 def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, mask_path: Path,
             proba_path: Path | None, uncertainty_path: Path | None, save_model_path: Path | None,
             smoothness: float | None, geodesic_weight: float | None, trees: int, depth: int) -> None:
@@ -75,25 +77,13 @@ def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, m
     _check_outputs({"-o": mask_path, "--proba": proba_path, "--uncertainty": uncertainty_path,
                     "--save-model": save_model_path}, inputs)
     try:
-        from imageforest.apps.segment.files import read_scribbles, read_segmentation_image, write_labels, write_map
-        from imageforest.apps.segment.model import SegmentationForest
+        from imageforest.apps.segment.api import segment_file
+        from imageforest.apps.segment.image_files import write_labels, write_map
 
         t0 = time.perf_counter()
-        picture = read_segmentation_image(image)
-        if model_path is not None:
-            result = SegmentationForest.load(model_path).segment(picture)
-            model = None
-        else:
-            from imageforest.apps.segment.session import SegmentationSession
-
-            scribbles = read_scribbles(scribbles_path, picture)
-            volume = picture.ndim == 3
-            forest = SegmentationForest(n_trees=trees, max_depth=depth, class_weight="balanced" if volume else None)
-            session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight,
-                                          smoothness=smoothness)
-            session.set_scribbles(scribbles)
-            result = session.update()
-            model = session.model() if save_model_path is not None else None
+        result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
+                                              smoothness=smoothness, geodesic_weight=geodesic_weight,
+                                              keep_model=save_model_path is not None)
         write_labels(result.labels, mask_path, picture)
         if proba_path is not None:
             write_map(result.probabilities, proba_path, picture)

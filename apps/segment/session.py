@@ -29,16 +29,16 @@ import numpy as np
 
 from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import Segmentation, SegmentationForest, entropy, label_dtype
+from imageforest.apps.segment.recipe import PICTURE, VOLUME
 from imageforest.apps.segment.regularize import contrast_weights, graph_cut
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import run_ranges
 from imageforest.imaging.geodesic import geodesic_distances
 from imageforest.kernels import njit
 
-# Defaults by image kind, measured on the GrabCut scribbles (pictures) and openkbp-hn CT (volumes):
-# see the application's README.
-PICTURE_GEODESIC_WEIGHT, PICTURE_SMOOTHNESS = 0.6, 50.0
-VOLUME_GEODESIC_WEIGHT, VOLUME_SMOOTHNESS = 0.8, 0.0
+# Defaults by image kind (recipe.py: measured on the GrabCut scribbles and openkbp-hn CT)
+PICTURE_GEODESIC_WEIGHT, PICTURE_SMOOTHNESS = PICTURE["geodesic_weight"], PICTURE["smoothness"]
+VOLUME_GEODESIC_WEIGHT, VOLUME_SMOOTHNESS = VOLUME["geodesic_weight"], VOLUME["smoothness"]
 GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
 
 
@@ -77,8 +77,10 @@ class SegmentationSession:
             geodesic_weight = VOLUME_GEODESIC_WEIGHT if volume else PICTURE_GEODESIC_WEIGHT
         if smoothness is None:
             smoothness = VOLUME_SMOOTHNESS if volume else PICTURE_SMOOTHNESS
-        self.settings = forest if forest is not None else SegmentationForest(class_weight="balanced" if volume
-                                                                             else None)
+        kind = VOLUME if volume else PICTURE
+        self.settings = forest if forest is not None else SegmentationForest(
+            kind["n_trees"], max_depth=kind["max_depth"], min_samples_leaf=kind["min_samples_leaf"],
+            class_weight=kind["class_weight"])
         self.geodesic_weight = float(geodesic_weight)
         self.gamma = float(gamma)
         self.smoothness = float(smoothness)

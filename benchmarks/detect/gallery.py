@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.detect.common import folds, load_backgrounds, load_horses
 from imageforest.apps.detect.model import HoughForestDetector
-from imageforest.apps.detect.training import RECIPE
+from imageforest.apps.detect.recipe import RECIPE
 
 
 def main() -> None:

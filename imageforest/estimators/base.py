@@ -94,17 +94,18 @@ class BaseForest(ABC):
 
     # -- hyper-parameters ---------------------------------------------------------------------------------
     @classmethod
-    def _param_names(cls) -> list[str]:
+    def param_names(cls) -> list[str]:
+        """The hyper-parameters' names: those ``__init__`` takes."""
         sig = inspect.signature(cls.__init__)
         return [p for p in sig.parameters if p != "self"]
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Hyper-parameters as given to ``__init__``."""
-        return {name: getattr(self, name) for name in self._param_names()}
+        return {name: getattr(self, name) for name in self.param_names()}
 
     def set_params(self, **params: Any) -> BaseForest:
         """Set hyper-parameters by name; unknown names raise ValueError."""
-        valid = set(self._param_names())
+        valid = set(self.param_names())
         for key, value in params.items():
             if key not in valid:
                 raise ValueError(f"{type(self).__name__} has no parameter {key!r}")
@@ -443,7 +444,7 @@ class BaseForest(ABC):
             raise ModelFormatError(f"{source}: holds a {meta.get('estimator', 'unknown')} model "
                                    f"({meta.get('task')}), not a {cls.__name__}")
         try:
-            hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls._param_names()}
+            hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls.param_names()}
             est = cls.from_hyper_parameters(hyper, meta)
             forest = ForestArrays.from_arrays(arrays)
             family = family_from_spec(meta["family"], arrays)

@@ -221,7 +221,9 @@ class ClassificationForest(BaseForest):
         raise InvalidInputError(f"class_weight must be None, 'balanced' or a dict, got {cw!r}")
 
     # -- prediction ---------------------------------------------------------------------------------------
-    def _posterior_from_leaves(self, leaf_ids: np.ndarray) -> np.ndarray:
+    def posterior_from_leaves(self, leaf_ids: np.ndarray) -> np.ndarray:
+        """The class posterior (n, n_classes) float64 of points that reached the leaves `leaf_ids` (n, T), pooled
+        as `posterior` says: what `predict_proba` computes after `apply`, for callers that apply themselves."""
         with numba_threads(self.n_jobs):
             if self.posterior == "product":
                 return product_posterior(leaf_ids, self.leaf_posterior_, PRODUCT_FLOOR)
@@ -233,7 +235,7 @@ class ClassificationForest(BaseForest):
         if self.posterior == "average":
             with numba_threads(self.n_jobs):
                 return self.family_.leaf_average(X, self.forest_, self.leaf_posterior_)
-        return self._posterior_from_leaves(self._apply_checked(X))
+        return self.posterior_from_leaves(self._apply_checked(X))
 
     def predict(self, X) -> np.ndarray:
         """Most probable class per sample, shape (n_samples,)."""

@@ -72,7 +72,9 @@ class _ImageInputs:
         # grows on the same features, not on the default boxes
         self.features = self.family_
 
-    def _family(self) -> FeatureFamily:
+    def feature_family(self) -> FeatureFamily:
+        """Hook, called by `fit`: the feature family to grow on, `features` or, when None, the forest's default
+        (box features here; an application's forest may choose another)."""
         return self.features if self.features is not None else BoxFeatures()
 
     def _data(self, family: FeatureFamily, images, points) -> tuple[tuple, int]:
@@ -130,7 +132,7 @@ class ImageClassificationForest(_ImageInputs, ClassificationForest):
         points : (n, 4) int (image, z, y, x) or (n, 3) int (image, y, x) voxel indices
         labels : (n,) class labels
         """
-        family = self._family()
+        family = self.feature_family()
         data, n = self._data(family, images, points)
         sw = check_sample_weight(sample_weight, n)
         objective, sw = self._label_objective(labels, n, sw)
@@ -139,7 +141,7 @@ class ImageClassificationForest(_ImageInputs, ClassificationForest):
 
     def predict_proba(self, images, points) -> np.ndarray:  # type: ignore[override]
         """Posterior p(c | point), (n_points, n_classes)."""
-        return self._posterior_from_leaves(self.apply(images, points))
+        return self.posterior_from_leaves(self.apply(images, points))
 
     def predict(self, images, points) -> np.ndarray:  # type: ignore[override]
         return self.classes_[np.argmax(self.predict_proba(images, points), axis=1)]
@@ -203,7 +205,7 @@ class ImageRegressionForest(_ImageInputs, RegressionForest):
         points : (n, 4) int (image, z, y, x) or (n, 3) int (image, y, x) voxel indices
         targets : (n,) or (n, q) float
         """
-        family = self._family()
+        family = self.feature_family()
         data, n = self._data(family, images, points)
         sw = check_sample_weight(sample_weight, n)
         Y = check_targets(targets, n)

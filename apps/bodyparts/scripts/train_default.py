@@ -22,16 +22,11 @@ from pathlib import Path
 
 from imageforest.apps.bodyparts.api import DEFAULT_MODEL
 from imageforest.apps.bodyparts.model import BodyPartsForest
+from imageforest.apps.bodyparts.recipe import RECIPE
 from imageforest.apps.bodyparts.training import train_bodyparts
 
 NAME = "rendered-bodies-31-parts"
 VERSION = "4"
-# Every tree grows on its own third of the pixels (Shotton et al. give every tree its own images): 36,000 bodies
-# between the trees at the fit time of 12,000 bodies per tree. Leaves of at least 24 pixels keep the file within
-# 20 MB (leaves of 3 pixels took 40 MB on these bodies, for the same mean per-part accuracy).
-RECIPE = {"n_trees": 3, "max_depth": 20, "n_candidates": 400, "pixels_per_image": 375, "max_samples": 1 / 3,
-          "reach_m": 0.6, "min_samples_leaf": 24, "class_weight": "balanced", "threshold_sampling": "data",
-          "random_state": 0}
 RENDER_SEED = 1
 RENDERER = Path(__file__).resolve().parents[3] / "data_scripts" / "render_bodies.py"
 

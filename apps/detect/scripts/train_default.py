@@ -18,7 +18,8 @@ from pathlib import Path
 
 from imageforest.apps.detect.api import DEFAULT_MODEL
 from imageforest.apps.detect.model import HoughForestDetector
-from imageforest.apps.detect.training import RECIPE, train_detector
+from imageforest.apps.detect.recipe import RECIPE
+from imageforest.apps.detect.training import train_detector
 
 NAME = "weizmann-horses"
 VERSION = "1"

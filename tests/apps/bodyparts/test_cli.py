@@ -100,13 +100,17 @@ def test_train_bodyparts_on_both_layouts(renders, tmp_path):
     assert m.model_card_["name"] == "tiny" and m.model_card_["maps"] == 12 and len(m.joint_parts_) == 16
     hands = hand_layout(renders, tmp_path / "hands", 8)
     result = run("train-bodyparts", hands, "-o", tmp_path / "h.npz", "--depth", 8, "--candidates", 20,
-                 "--tree-share", 0.5, "--thresholds", "range")
+                 "--tree-share", 0.5, "--thresholds", "range", "--unbalanced")
     assert result.exit_code == 0, result.output
     h = load_body_model(tmp_path / "h.npz")
     assert h.part_names_ == ["forearm", "palm", "fingers", "thumb"] and set(h.joint_parts_) == set(h.part_names_)
-    assert h.max_samples == 0.5 and h.model_card_["recipe"]["tree_share"] == 0.5
+    assert h.max_samples == 0.5 and h.model_card_["recipe"]["max_samples"] == 0.5
     assert m.threshold_sampling == "data" and h.threshold_sampling == "range"  # saved with the model
-    assert h.model_card_["recipe"]["thresholds"] == "range"
+    assert h.model_card_["recipe"]["threshold_sampling"] == "range"
+    # a user-trained card's recipe names the settings as the shipped model's does
+    from imageforest.apps.bodyparts.recipe import RECIPE
+
+    assert set(h.model_card_["recipe"]) == set(RECIPE)
     # each tree grew on half of the pixels (unit weights: a root's weight is its pixel count)
     assert np.array_equal(h.forest_.weight[h.forest_.tree_root], np.full(3, h.model_card_["pixels"] // 2))
     assert "--tree-share" in one_line_error(run("train-bodyparts", hands, "-o", tmp_path / "y.npz",

@@ -119,11 +119,11 @@ def test_train_localizer_command(workspace: Path, tmp_path: Path):
     assert "read 2/2 scans" in r.stderr
     model = OrganLocalizer.load(out)
     assert model.organs == list(ORGANS) and model.model_card_["name"] == "mine"
-    # what the flags leave unsaid comes from the default model's recipe, not the class's generic defaults
+    # what the flags leave unsaid comes from the default model's recipe
     from imageforest.apps.localize.recipe import PARAMETERS
 
     assert (model.n_trees, model.max_depth) == (2, 6)
-    assert model.min_samples_leaf == PARAMETERS["min_samples_leaf"] != OrganLocalizer().min_samples_leaf
+    assert model.min_samples_leaf == PARAMETERS["min_samples_leaf"]
     assert model.refine_jitter_mm == PARAMETERS["refine_jitter_mm"]
     assert all(len(c) == len(PARAMETERS["refine_jitter_mm"]) for c in model.refiners_ if c is not None)
     assert "organ names" in one_line_error(run("train-localizer", workspace / "data", "-o", tmp_path / "x.npz"))

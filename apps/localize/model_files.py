@@ -139,7 +139,7 @@ def _stage_record(cls: type[WallRefiner], hyper: dict, source: str) -> tuple[dic
     if not isinstance(hyper, dict):
         raise ModelFormatError(f"{source}: a stage's settings are not a mapping")
     try:
-        est = cls.from_hyper_parameters({k: v for k, v in hyper.items() if k in cls._param_names()}, {})
+        est = cls.from_hyper_parameters({k: v for k, v in hyper.items() if k in cls.param_names()}, {})
         family = est._features()
     except (InvalidInputError, TypeError, ValueError) as exc:
         raise ModelFormatError(f"{source}: a stage's settings are invalid ({exc})") from None

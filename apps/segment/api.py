@@ -1,0 +1,50 @@
+"""Segmenting one image file: what the command line, the napari plugin and benchmarks call.
+
+    from imageforest.apps.segment.api import segment_file
+    result, image, model = segment_file("photo.png", "strokes.png", keep_model=True)  # train on this image
+    result, image, _ = segment_file("other.png", model="model.npz")                   # apply a saved model
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imageforest.apps.segment.image_files import read_scribbles, read_segmentation_image
+from imageforest.apps.segment.model import Segmentation, SegmentationForest
+from imageforest.apps.segment.recipe import PICTURE, VOLUME
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.io import Image
+
+
+def load_segmentation_model(path: str | Path) -> SegmentationForest:
+    """A segmentation model saved by `--save-model` or `SegmentationForest.save` (no model ships)."""
+    return SegmentationForest.load(path)
+
+
+def segment_file(image: str | Path, scribbles: str | Path | None = None, model: str | Path | SegmentationForest |
+                 None = None, *, n_trees: int | None = None, max_depth: int | None = None,
+                 smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False
+                 ) -> tuple[Segmentation, Image, SegmentationForest | None]:
+    """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
+    saved `model` (a path or a loaded model); exactly one of the two.
+
+    The settings left None are the recipe's for the image's kind (`recipe.py`). Returns the segmentation, the image
+    as read, and, with `keep_model`, a forest for other images grown on the scribbles and the pixels the
+    segmentation is sure of (`SegmentationSession.model`; None otherwise, and when a model was applied).
+    """
+    if (scribbles is None) == (model is None):
+        raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
+    picture = read_segmentation_image(image)
+    if model is not None:
+        forest = model if isinstance(model, SegmentationForest) else load_segmentation_model(model)
+        return forest.segment(picture), picture, None
+    from imageforest.apps.segment.session import SegmentationSession
+
+    labels = read_scribbles(scribbles, picture)
+    kind = VOLUME if picture.ndim == 3 else PICTURE
+    forest = SegmentationForest(kind["n_trees"] if n_trees is None else n_trees,
+                                max_depth=kind["max_depth"] if max_depth is None else max_depth,
+                                min_samples_leaf=kind["min_samples_leaf"], class_weight=kind["class_weight"])
+    session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness)
+    session.set_scribbles(labels)
+    return session.update(), picture, session.model() if keep_model else None

@@ -1,0 +1,13 @@
+"""The settings interactive segmentation starts from, per image kind (no model ships: each image's scribbles
+train its own forest).
+
+Pictures: the geodesic share and the cut's smoothness measured on the GrabCut pictures' scribbles; volumes:
+measured on openkbp-hn CT from scribbled slices, where on 4-5 mm voxels a cut's boundary cost outweighs small
+organs' evidence and shrinks them to their scribbles (so no cut), and classes are weighed equally because an
+organ's scribbles are a few dozen voxels against thousands. `SegmentationForest`'s defaults are the pictures'
+forest settings. Plain dicts: importing them costs nothing, which keeps the command's start-up fast.
+"""
+
+FOREST = {"n_trees": 20, "max_depth": 12, "min_samples_leaf": 3}
+PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness": 50.0}
+VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0}
