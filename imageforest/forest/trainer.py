@@ -19,7 +19,6 @@ on `random_state` only, never on the thread count.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from imageforest.forest import subtree_growth
 from imageforest.forest.features import FeatureFamily
+from imageforest.forest.level_tables import LevelRows, _LevelSplits, _Tables
 from imageforest.forest.losses import GrowingMargins, loss_gradient, loss_weights
 from imageforest.forest.memory_pages import small_pages
 from imageforest.forest.objectives import GINI, MIXED, SQUARED_ERROR, NodeObjectives, Objective
@@ -49,10 +49,9 @@ from imageforest.forest.subtree_growth import (
     SubtreeNodes,
     grow_sorted_subtrees,
     grow_subtrees,
-    grow_weighted_class_subtrees,
-    grow_weighted_one_target_subtrees,
 )
 from imageforest.forest.threads import run_ranges
+from imageforest.forest.weighted_subtrees import grow_weighted_class_subtrees, grow_weighted_one_target_subtrees
 from imageforest.kernels import njit
 
 # Responses materialised at once (positions x candidates); bounds the trainer's working memory to ~64 MB.
@@ -299,9 +298,76 @@ def grow_forest(family: FeatureFamily, data: Any, n_points: int, objective: Obje
         return _grow_levels(family, data, n_points, objective, sample_weight, settings, rng)
 
 
+@dataclass
+class _Growth:
+    """A level-wise fit's state, shared by its phases (`_grow_levels`): the settings, the training tables the
+    searches read, the frontier (the nodes of the level being grown, contiguous segments of `order`) and the node
+    and leaf tables written so far."""
+
+    family: FeatureFamily
+    data: Any
+    objective: Objective  # the first (or only) objective: the one every level's statistics are taken with
+    objectives: list[Objective]
+    choose: Any  # NodeObjectives.choose, or None
+    settings: GrowthSettings
+    rng: np.random.Generator
+    sample_weight: np.ndarray
+    order: np.ndarray
+    wts: np.ndarray | None
+    T: int
+    rho: int
+    K: int | None
+    fern: bool
+    max_depth: int
+    msl: int
+    configs: np.ndarray | None
+    loss_labels: np.ndarray | None = None
+    growing_margins: GrowingMargins | None = None
+    rows_matrix: np.ndarray | None = None
+    points_matrix: np.ndarray | None = None
+    per_position: bool = False
+    unit_weights: bool = False
+    pos_labels: np.ndarray | None = None
+    pos_targets: np.ndarray | None = None
+    src_labels: np.ndarray | None = None
+    src_targets: np.ndarray | None = None
+    weight_table: bool = True
+    subtree_points: int = 0
+    subtrees: bool = False
+    weighted_subtrees: bool = False
+    sorted_matrix: np.ndarray | None = None
+    sorted_points: int = 0
+    f_start: np.ndarray | None = None
+    f_end: np.ndarray | None = None
+    f_tree: np.ndarray | None = None
+    level_first_id: int = 0
+    next_id: int = 0
+    depth: int = 0
+    leaf_count: int = 0
+    node_table: _Tables | None = None
+    leaf_table: _Tables | None = None
+
+
 def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
                  sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
-    """`grow_forest`'s levels."""
+    """`grow_forest`'s levels: each level's node statistics, the depth-first subtrees of its small nodes, the
+    split search of the others, then their children as the next level."""
+    g = _start_growth(family, data, n_points, objective, sample_weight, settings, rng)
+    while g.f_start.size:
+        counts, node_w, pure_by, can_split = _level_statistics(g)
+        level = _LevelSplits.empty(g.f_start.size, family.param_width)
+        placed, root_child = _grow_level_subtrees(g, can_split, counts, level)
+        sp = np.flatnonzero(can_split)
+        if sp.size:
+            _search_level(g, sp, counts, node_w, pure_by, level)
+        _close_level(g, level, root_child, placed, node_w)
+    return _grown_forest(g)
+
+
+def _start_growth(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
+                  sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> _Growth:
+    """The fit's state before its first level: the points each tree draws, the tables the searches read, which
+    nodes grow depth-first, the roots as the first frontier and the empty node and leaf tables."""
     choose = None
     if isinstance(objective, NodeObjectives):
         objectives, choose = list(objective.objectives), objective.choose
@@ -312,20 +378,17 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         objective = objectives[0]
     else:
         objectives = [objective]
-    T = settings.n_trees
-    rho = int(settings.n_candidates)
     K = settings.n_thresholds
-    fern = settings.structure == "fern"
-    max_depth = np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth)
-    msl = int(settings.min_samples_leaf)
-    configs = partition_configs(K, settings.two_sided) if K is not None else None
-    crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
-    labels, targets, reg = objective.labels, objective.targets, objective.reg
-    lifted = objective.lifted
-
     order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
-    given, data = data, family.training_data(data)
-    loss_labels = None
+    given = data
+    g = _Growth(family=family, data=family.training_data(data), objective=objective, objectives=objectives,
+                choose=choose, settings=settings, rng=rng, sample_weight=sample_weight, order=order, wts=wts,
+                T=settings.n_trees, rho=int(settings.n_candidates), K=K, fern=settings.structure == "fern",
+                max_depth=np.iinfo(np.int32).max if settings.max_depth is None else int(settings.max_depth),
+                msl=int(settings.min_samples_leaf),
+                configs=partition_configs(K, settings.two_sided) if K is not None else None)
+    crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
+    labels, targets, lifted = objective.labels, objective.targets, objective.lifted
     if settings.loss is not None:
         loss_gradient(settings.loss, np.zeros(1))  # an unknown loss fails before growth
         if settings.bootstrap:
@@ -333,300 +396,342 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         labelled = [o for o in objectives if o.criterion <= GINI]
         if not labelled:
             raise ValueError("a global loss needs a classification objective (the margins are of class labels)")
-        loss_labels, loss_classes = labelled[0].labels, labelled[0].n_classes
-        growing_margins = GrowingMargins(loss_labels, loss_classes, n_points, T)
-    rows_matrix, per_position, unit_weights = None, False, False
-    if (fused_search_applies(K, settings.structure, settings.threshold_sampling) and lifted is None
-            and choose is None):
-        rows_matrix = family.response_matrix(data)
-    if rows_matrix is not None:
-        if wts is not None:
+        g.loss_labels = labelled[0].labels
+        g.growing_margins = GrowingMargins(g.loss_labels, labelled[0].n_classes, n_points, g.T)
+    if fused_search_applies(K, settings.structure, settings.threshold_sampling) and lifted is None and choose is None:
+        g.rows_matrix = family.response_matrix(g.data)
+    if g.rows_matrix is not None:
+        if g.wts is not None:
             # counts would compile the fused search's kernels a second time; this path never needed them
-            wts = wts.astype(np.float64, copy=False)
-        points_matrix = family.point_matrix(given)
-        if points_matrix is None:
-            points_matrix = np.ascontiguousarray(rows_matrix.T)
+            g.wts = g.wts.astype(np.float64, copy=False)
+        g.points_matrix = family.point_matrix(given)
+        if g.points_matrix is None:
+            g.points_matrix = np.ascontiguousarray(g.rows_matrix.T)
         del given
         # Labels and few targets travel with the order, so the fused search reads them sequentially; labels as int8
         # when they fit, and unit weights neither read nor moved (fewer bytes per candidate scan: 5-15% on deep
         # levels of the 200k x 50 benchmark).
         small = labels.size and labels.min() >= np.iinfo(np.int8).min and labels.max() <= np.iinfo(np.int8).max
-        pos_labels = labels.astype(np.int8 if small else labels.dtype)[order] if labels.size else labels[:0]
-        unit_weights = wts is None and loss_labels is None  # a global loss changes them per level
-        per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
-        pos_targets = targets[order] if per_position and targets.size else targets[:0]
-        src_labels, src_targets = (pos_labels, pos_targets) if per_position else (labels, targets)
+        g.pos_labels = labels.astype(np.int8 if small else labels.dtype)[order] if labels.size else labels[:0]
+        g.unit_weights = g.wts is None and g.loss_labels is None  # a global loss changes them per level
+        g.per_position = targets.shape[1] <= GATHER_MAX_OUTPUTS
+        g.pos_targets = targets[order] if g.per_position and targets.size else targets[:0]
+        g.src_labels, g.src_targets = (g.pos_labels, g.pos_targets) if g.per_position else (labels, targets)
 
     # Unit weights are read by no kernel of the class and one-target paths (statistics, search, partition): there
     # a fit holds no table of ones (8 bytes per point and tree); other paths get one.
-    weights_read = not (unit_weights and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED
-                                                           and n_stats == 3)))
-    weight_table = wts is not None or weights_read
-    if wts is None:
-        wts = np.ones(order.size if weights_read else 0)
+    weights_read = not (g.unit_weights and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED
+                                                             and n_stats == 3)))
+    g.weight_table = g.wts is not None or weights_read
+    if g.wts is None:
+        g.wts = np.ones(order.size if weights_read else 0)
 
     # Small nodes grow depth-first to their leaves (`subtree_growth`): axis-aligned responses (rows of one matrix,
     # drawn as distinct rows, a node's parameter being its row) with class or one-target statistics and unit
     # weights (no bagging, sample weights or global loss).
-    subtree_points = subtree_growth.SUBTREE_POINTS
-    large = rows_matrix is not None and (points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
-                                         or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
-    binned_subtrees = (large and per_position and subtree_points > 0 and family.sample_draws(rho) is not None
+    g.subtree_points = subtree_growth.SUBTREE_POINTS
+    large = g.rows_matrix is not None and (g.points_matrix.nbytes >= subtree_growth.SUBTREE_MIN_BYTES
+                                           or order.size >= subtree_growth.SUBTREE_MIN_POSITIONS)
+    binned_subtrees = (large and g.per_position and g.subtree_points > 0 and family.sample_draws(g.rho) is not None
                        and K is not None and K >= 1 and (crit <= GINI or (n_blocks == 1 and q == 1 and crit != MIXED)))
-    subtrees = binned_subtrees and unit_weights
+    g.subtrees = binned_subtrees and g.unit_weights
     # ... or with weights (bagging's counts, sample weights) but a global loss's, in kernels of their own
-    weighted_subtrees = binned_subtrees and not unit_weights and loss_labels is None
+    g.weighted_subtrees = binned_subtrees and not g.unit_weights and g.loss_labels is None
     # ... and with every threshold searched (random-forest settings): axis-aligned responses read from the
     # feature-major matrix, class or one-target squared-error statistics, any weights but a global loss's (which
     # change level by level). Small fits too: sorting keeps a level-wise fit's per-level costs however small the
     # matrix (digits, 1,797 x 64 with 100 trees: 0.23 s level-wise, 0.11 s depth-first).
-    sorted_matrix, sorted_points = None, subtree_growth.SORTED_SUBTREE_POINTS
-    if (K is None and not fern and lifted is None and choose is None and loss_labels is None and sorted_points > 0
-            and sorted_search_applies(crit, n_blocks, q) and family.sample_draws(rho) is not None):
-        sorted_matrix = family.response_matrix(data)
-        if sorted_matrix is not None and not (sorted_matrix.dtype == np.float32 and sorted_matrix.flags.c_contiguous):
-            sorted_matrix = None
+    g.sorted_points = subtree_growth.SORTED_SUBTREE_POINTS
+    if (K is None and not g.fern and lifted is None and choose is None and g.loss_labels is None
+            and g.sorted_points > 0 and sorted_search_applies(crit, n_blocks, q)
+            and family.sample_draws(g.rho) is not None):
+        g.sorted_matrix = family.response_matrix(g.data)
+        if g.sorted_matrix is not None and not (g.sorted_matrix.dtype == np.float32
+                                                and g.sorted_matrix.flags.c_contiguous):
+            g.sorted_matrix = None
 
     # Frontier: node ids are contiguous per level, and ordered by tree.
-    f_start = bounds[:-1].copy()
-    f_end = bounds[1:].copy()
-    f_tree = np.arange(T, dtype=np.int64)
-    level_first_id = 0
-    next_id = T
-    depth = 0
-    leaf_count = 0
+    g.f_start = bounds[:-1].copy()
+    g.f_end = bounds[1:].copy()
+    g.f_tree = np.arange(g.T, dtype=np.int64)
+    g.next_id = g.T
     # A tree of m positions has at most 2m - 1 nodes and m leaves (children are never empty).
-    node_table = _Tables(2 * order.size + T, params=(np.float64, family.param_width), thr_lo=np.float32,
-                         thr_hi=np.float32, child=np.int32, depth=np.int32, gain=np.float32, weight=np.float64)
-    leaf_table = _Tables(order.size + T, node=np.int32, tree=np.int32, start=np.int64, end=np.int64)
+    g.node_table = _Tables(2 * order.size + g.T, params=(np.float64, family.param_width), thr_lo=np.float32,
+                           thr_hi=np.float32, child=np.int32, depth=np.int32, gain=np.float32, weight=np.float64)
+    g.leaf_table = _Tables(order.size + g.T, node=np.int32, tree=np.int32, start=np.int64, end=np.int64)
+    return g
 
-    while f_start.size:
-        n_front = f_start.size
-        if loss_labels is not None and depth > 0:
-            # Alternating decision forests: the forest grown so far weighs the points for the next level.
-            done = leaf_table.head(leaf_count)
-            margin = growing_margins.margins(order, sample_weight, done["start"], done["end"], f_start, f_end,
-                                             f_tree)
-            grad = loss_gradient(settings.loss, margin)
-            wts = loss_weights(order, sample_weight, grad / max(float(np.mean(grad)), 1e-300))
-        crit, n_blocks, q, n_stats = objective.criterion, objective.n_blocks, objective.q, objective.n_stats
-        labels, targets, reg, lifted = objective.labels, objective.targets, objective.reg, objective.lifted
-        if rows_matrix is not None and per_position and unit_weights and crit <= GINI:
-            stats, counts = segment_class_counts(pos_labels, f_start, f_end, n_stats)
-        elif (rows_matrix is not None and per_position and unit_weights and n_blocks == 1 and q == 1
-              and crit != MIXED and n_stats == 3):
-            stats, counts = segment_one_target_stats(pos_targets, f_start, f_end)
-        elif rows_matrix is not None and per_position:
-            stats, counts = segment_stats(order, wts, f_start, f_end, crit, pos_labels, pos_targets, n_blocks, q,
-                                          n_stats, True)
+
+def _level_statistics(g: _Growth) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray]:
+    """The frontier's point counts, weights, purity per objective and which nodes may split; with a global loss,
+    the points' weights for this level first."""
+    f_start, f_end, order = g.f_start, g.f_end, g.order
+    if g.loss_labels is not None and g.depth > 0:
+        # Alternating decision forests: the forest grown so far weighs the points for the next level.
+        done = g.leaf_table.head(g.leaf_count)
+        margin = g.growing_margins.margins(order, g.sample_weight, done["start"], done["end"], f_start, f_end,
+                                           g.f_tree)
+        grad = loss_gradient(g.settings.loss, margin)
+        g.wts = loss_weights(order, g.sample_weight, grad / max(float(np.mean(grad)), 1e-300))
+    obj = g.objective
+    crit, n_blocks, q, n_stats = obj.criterion, obj.n_blocks, obj.q, obj.n_stats
+    if g.rows_matrix is not None and g.per_position and g.unit_weights and crit <= GINI:
+        stats, counts = segment_class_counts(g.pos_labels, f_start, f_end, n_stats)
+    elif (g.rows_matrix is not None and g.per_position and g.unit_weights and n_blocks == 1 and q == 1
+          and crit != MIXED and n_stats == 3):
+        stats, counts = segment_one_target_stats(g.pos_targets, f_start, f_end)
+    elif g.rows_matrix is not None and g.per_position:
+        stats, counts = segment_stats(order, g.wts, f_start, f_end, crit, g.pos_labels, g.pos_targets, n_blocks, q,
+                                      n_stats, True)
+    else:
+        stats, counts = segment_stats(order, g.wts, f_start, f_end, crit, obj.labels, obj.targets, n_blocks, q,
+                                      n_stats)
+    node_w = counts.astype(np.float64) if g.unit_weights else _segment_weight(g.wts, f_start, f_end)
+    pure_by = [_node_purity(stats, counts, crit, n_blocks, q)]
+    for other in g.objectives[1:]:  # pure only when pure for every objective a node might choose
+        o_stats, _ = segment_stats(order, g.wts, f_start, f_end, other.criterion, other.labels, other.targets,
+                                   other.n_blocks, other.q, other.n_stats)
+        pure_by.append(_node_purity(o_stats, counts, other.criterion, other.n_blocks, other.q))
+    pure = np.logical_and.reduce(pure_by)
+    can_split = ((counts >= g.settings.min_samples_split) & (counts >= 2 * g.msl) & ~pure & (node_w > 0)
+                 & (g.depth < g.max_depth))
+    return counts, node_w, pure_by, can_split
+
+
+def _grow_level_subtrees(g: _Growth, can_split: np.ndarray, counts: np.ndarray, level: _LevelSplits
+                         ) -> tuple[int, np.ndarray]:
+    """Grow the small nodes of the frontier depth-first to their leaves (they split no more level-wise); their
+    nodes take the ids after this level's. Returns the nodes placed and each frontier node's left child id (-1
+    where it did not grow a subtree)."""
+    n_front = g.f_start.size
+    placed = 0
+    root_child = np.full(n_front, -1, dtype=np.int64)
+    if not (g.subtrees or g.weighted_subtrees or g.sorted_matrix is not None):
+        return placed, root_child
+    roots = np.flatnonzero(can_split & (counts <= (g.sorted_points if g.sorted_matrix is not None
+                                                   else g.subtree_points)))
+    if not roots.size:
+        return placed, root_child
+    s, obj, f_start, f_end = g.settings, g.objective, g.f_start, g.f_end
+    crit, n_stats, reg = obj.criterion, obj.n_stats, obj.reg
+    can_split[roots] = False
+    seeds = g.rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
+    for a, b in _chunks(counts[roots], 1, None, budget=SUBTREE_POSITIONS):
+        chunk = roots[a:b]
+        if g.subtrees:
+            sub = grow_subtrees(f_start[chunk], f_end[chunk], g.depth, seeds[a:b], g.points_matrix, g.order,
+                                g.pos_labels, g.pos_targets, crit <= GINI, n_stats, crit == GINI,
+                                crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, g.rho, g.K,
+                                g.configs, s.min_samples_split, g.msl, s.min_gain, g.max_depth)
+        elif g.weighted_subtrees and crit <= GINI:
+            sub = grow_weighted_class_subtrees(f_start[chunk], f_end[chunk], g.depth, seeds[a:b], g.points_matrix,
+                                               g.order, g.wts, g.pos_labels, n_stats, crit == GINI, g.rho, g.K,
+                                               g.configs, s.min_samples_split, g.msl, s.min_gain, g.max_depth)
+        elif g.weighted_subtrees:
+            sub = grow_weighted_one_target_subtrees(
+                f_start[chunk], f_end[chunk], g.depth, seeds[a:b], g.points_matrix, g.order, g.wts, g.pos_targets,
+                crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, g.rho, g.K, g.configs,
+                s.min_samples_split, g.msl, s.min_gain, g.max_depth)
         else:
-            stats, counts = segment_stats(order, wts, f_start, f_end, crit, labels, targets, n_blocks, q, n_stats)
-        node_w = counts.astype(np.float64) if unit_weights else _segment_weight(wts, f_start, f_end)
-        pure_by = [_node_purity(stats, counts, crit, n_blocks, q)]
-        for other in objectives[1:]:  # pure only when pure for every objective a node might choose
-            o_stats, _ = segment_stats(order, wts, f_start, f_end, other.criterion, other.labels, other.targets,
-                                       other.n_blocks, other.q, other.n_stats)
-            pure_by.append(_node_purity(o_stats, counts, other.criterion, other.n_blocks, other.q))
-        pure = np.logical_and.reduce(pure_by)
-        can_split = ((counts >= settings.min_samples_split) & (counts >= 2 * msl) & ~pure & (node_w > 0)
-                     & (depth < max_depth))
+            sub = grow_sorted_subtrees(f_start[chunk], f_end[chunk], g.depth, seeds[a:b], g.sorted_matrix, g.order,
+                                       g.wts, obj.labels, obj.targets, crit, n_stats, g.rho, s.min_samples_split,
+                                       g.msl, s.min_gain, g.max_depth)
+        n_sub, n_sub_leaves = _place_subtrees(sub, chunk, g.f_tree, g.next_id + placed, g.leaf_count, g.node_table,
+                                              g.leaf_table, level, root_child, g.family)
+        placed += n_sub
+        g.leaf_count += n_sub_leaves
+    return placed, root_child
 
-        level = _LevelSplits.empty(n_front, family.param_width)
-        # Nodes grown depth-first take the ids after this level's; the next level's nodes follow them.
-        placed = 0
-        root_child = np.full(n_front, -1, dtype=np.int64)
-        if subtrees or weighted_subtrees or sorted_matrix is not None:
-            roots = np.flatnonzero(can_split & (counts <= (sorted_points if sorted_matrix is not None
-                                                           else subtree_points)))
-            if roots.size:
-                can_split[roots] = False
-                seeds = rng.integers(0, np.iinfo(np.int64).max, size=roots.size).astype(np.uint64)
-                for a, b in _chunks(counts[roots], 1, None, budget=SUBTREE_POSITIONS):
-                    chunk = roots[a:b]
-                    if subtrees:
-                        sub = grow_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order,
-                                            pos_labels, pos_targets, crit <= GINI, n_stats, crit == GINI,
-                                            crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K,
-                                            configs, settings.min_samples_split, msl, settings.min_gain, max_depth)
-                    elif weighted_subtrees and crit <= GINI:
-                        sub = grow_weighted_class_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b],
-                                                           points_matrix, order, wts, pos_labels, n_stats,
-                                                           crit == GINI, rho, K, configs, settings.min_samples_split,
-                                                           msl, settings.min_gain, max_depth)
-                    elif weighted_subtrees:
-                        sub = grow_weighted_one_target_subtrees(
-                            f_start[chunk], f_end[chunk], depth, seeds[a:b], points_matrix, order, wts, pos_targets,
-                            crit == SQUARED_ERROR, float(reg[0]) if np.size(reg) else 0.0, rho, K, configs,
-                            settings.min_samples_split, msl, settings.min_gain, max_depth)
-                    else:
-                        sub = grow_sorted_subtrees(f_start[chunk], f_end[chunk], depth, seeds[a:b], sorted_matrix,
-                                                   order, wts, labels, targets, crit, n_stats, rho,
-                                                   settings.min_samples_split, msl, settings.min_gain, max_depth)
-                    n_sub, n_sub_leaves = _place_subtrees(sub, chunk, f_tree, next_id + placed, leaf_count,
-                                                          node_table, leaf_table, level, root_child, family)
-                    placed += n_sub
-                    leaf_count += n_sub_leaves
-        finished = root_child >= 0
 
-        sp = np.flatnonzero(can_split)
-        if sp.size:
+def _search_level(g: _Growth, sp: np.ndarray, counts: np.ndarray, node_w: np.ndarray, pure_by: list[np.ndarray],
+                  level: _LevelSplits) -> None:
+    """Draw the candidates of the frontier nodes `sp` that split level-wise, search them and partition their
+    points, recording each node's test in `level`."""
+    if g.fern:
+        # One test per tree and level: candidates drawn per tree, shared by the tree's nodes.
+        trees_here, node_set = np.unique(g.f_tree[sp], return_inverse=True)
+        n_sets, lazy = trees_here.size, False
+    else:
+        node_set = np.arange(sp.size)
+        # drawn chunk by chunk where chunks take the nodes in order
+        n_sets, lazy = sp.size, g.choose is None
+    # with a response matrix, only the rows are drawn: the parameter rows of the chosen ones follow
+    family, rho, K = g.family, g.rho, g.K
+    draw = family.sample_rows if g.rows_matrix is not None else family.sample
+    cand = LevelRows(g.rng, n_sets, lambda r, n, draw=draw: draw(r, n, rho),
+                     family.sample_draws(rho) if lazy else None)
+    u = None
+    if K is not None:
+        u = LevelRows(g.rng, n_sets, lambda r, n: r.random((n, rho, K)), rho * K if lazy else None)
+    tie_u = g.rng.random(sp.size)
+    if g.rows_matrix is not None:
+        _search_fused(g, sp, cand, u, tie_u, level)
+    else:
+        _search_gathered(g, sp, node_set, counts[sp], node_w, pure_by, cand, u, tie_u, level)
+
+
+def _search_fused(g: _Growth, sp: np.ndarray, cand: LevelRows, u: LevelRows, tie_u: np.ndarray,
+                  level: _LevelSplits) -> None:
+    """The search when responses are rows of one matrix: one fused pass (no response table), a bounded number of
+    (node, candidate) pairs at a time (a deep level's tables would take gigabytes of fresh memory)."""
+    obj = g.objective
+    step = max(1, FUSED_PAIRS // g.rho)
+    for a in range(0, sp.size, step):
+        sets = np.arange(a, min(a + step, sp.size))
+        nodes = sp[sets]
+        rows = cand.rows(sets)
+        table, thr = row_gain_table(g.rows_matrix, g.points_matrix, rows, u.rows(sets), g.order, g.wts,
+                                    g.unit_weights, g.f_start[nodes], g.f_end[nodes], g.configs, obj.criterion,
+                                    g.src_labels, g.src_targets, g.per_position, obj.n_blocks, obj.q, obj.n_stats,
+                                    obj.reg, g.msl)
+        idx = np.arange(sets.size)
+        choice = _tie_broken_argmax(table.reshape(sets.size, -1), tie_u[sets])
+        best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, g.configs)
+        ok = np.isfinite(best_gain) & (best_gain >= g.settings.min_gain)
+        nl = partition_by_row(g.order, g.wts, not g.unit_weights, g.pos_labels, g.pos_targets, g.f_start[nodes],
+                              g.f_end[nodes], g.rows_matrix, g.points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
+        level.record(nodes, ok, nl, g.family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
+
+
+def _search_gathered(g: _Growth, sp: np.ndarray, node_set: np.ndarray, sp_counts: np.ndarray, node_w: np.ndarray,
+                     pure_by: list[np.ndarray], cand: LevelRows, u: LevelRows | None, tie_u: np.ndarray,
+                     level: _LevelSplits) -> None:
+    """The generic search: each chunk of nodes gathers its candidates' responses from the feature family, then
+    scores K thresholds per candidate (or every one), by the objective each node chose."""
+    rng, rho, K, fern, choose, objectives = g.rng, g.rho, g.K, g.fern, g.choose, g.objectives
+    breaks = None
+    if fern:
+        breaks = np.ones(sp.size, dtype=bool)
+        breaks[1:] = node_set[1:] != node_set[:-1]
+    which = None if choose is None else np.asarray(choose(g.depth, sp.size, rng), dtype=np.int64)
+    if which is not None and (which.shape != (sp.size,) or which.min() < 0 or which.max() >= len(objectives)):
+        raise ValueError("NodeObjectives.choose must give one objective index per node")
+    if which is not None and len(objectives) > 1:
+        # a node pure for its chosen objective has nothing to gain there: it takes the first other one
+        purity = np.stack(pure_by)[:, sp]
+        stuck = purity[which, np.arange(sp.size)]
+        which[stuck] = np.argmin(purity[:, stuck], axis=0)
+    for k, obj in enumerate(objectives):
+        group = np.arange(sp.size) if which is None else np.flatnonzero(which == k)
+        # per pair: K float64 uniforms, K float32 thresholds, B ~ K float64 gains, a float32 range
+        per_pair = 5 * K + 2 if K is not None else 4
+        for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None, per_pair,
+                            min(RESPONSE_BUDGET, CHUNK_POSITIONS * rho)):
+            sel = group[a:b]
+            _search_chunk(g, obj, sp[sel], sp_counts[sel], node_set[sel], tie_u[sel], node_w, cand, u, level)
+
+
+def _search_chunk(g: _Growth, obj: Objective, nodes: np.ndarray, c_counts: np.ndarray, sets: np.ndarray,
+                  tie_u: np.ndarray, node_w: np.ndarray, cand: LevelRows, u: LevelRows | None,
+                  level: _LevelSplits) -> None:
+    """Search one chunk of frontier `nodes` (their point counts, candidate sets and tie-breaking uniforms) with
+    objective `obj`, partition their points and record their tests."""
+    rho, K, fern = g.rho, g.K, g.fern
+    crit, n_blocks, q, n_stats = obj.criterion, obj.n_blocks, obj.q, obj.n_stats
+    labels, targets, reg, lifted = obj.labels, obj.targets, obj.reg, obj.lifted
+    n = nodes.size
+    idx = np.arange(n)
+    seg_end = np.cumsum(c_counts)
+    seg_start = seg_end - c_counts
+    m_total = int(seg_end[-1]) if seg_end.size else 0
+    positions = np.repeat(g.f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
+    samples = g.order[positions]
+    pos_node = np.repeat(np.arange(n, dtype=np.int32), c_counts)
+    node_params = cand.rows(sets)
+    resp = g.family.responses(g.data, node_params, samples, pos_node)
+    w_pos = g.wts[positions].astype(np.float64, copy=False)  # the search kernels' one dtype
+    # Gathering targets once per chunk turns every candidate's scan into sequential reads.
+    if targets.shape[1] <= GATHER_MAX_OUTPUTS:
+        lab_c = labels[samples] if labels.size else labels
+        tgt_c = targets[samples] if targets.size else targets
+        rows = np.arange(m_total, dtype=np.int32)
+    else:
+        lab_c, tgt_c, rows = labels, targets, samples
+    if K is not None:
+        if g.settings.threshold_sampling == "data" and not fern:
+            # Responses of K random points of the node: thresholds follow the data's density (where a uniform draw
+            # over [min, max] would mostly land between clusters, e.g. air and tissue).
+            share = u.rows(sets) * c_counts[:, None, None]
+            pick = seg_start[:, None, None] + share.astype(np.int64)
+            thr = resp[np.arange(rho)[None, :, None], pick]
+        else:
+            lo, hi = segment_min_max(resp, seg_start, seg_end)
             if fern:
-                # One test per tree and level: candidates drawn per tree, shared by the tree's nodes.
-                trees_here, node_set = np.unique(f_tree[sp], return_inverse=True)
-                n_sets, lazy = trees_here.size, False
-            else:
-                node_set = np.arange(sp.size)
-                # drawn chunk by chunk where chunks take the nodes in order
-                n_sets, lazy = sp.size, choose is None
-            # with a response matrix, only the rows are drawn: the parameter rows of the chosen ones follow
-            draw = family.sample_rows if rows_matrix is not None else family.sample
-            cand = LevelRows(rng, n_sets, lambda g, n, draw=draw: draw(g, n, rho),
-                             family.sample_draws(rho) if lazy else None)
-            u = None
-            if K is not None:
-                u = LevelRows(rng, n_sets, lambda g, n: g.random((n, rho, K)), rho * K if lazy else None)
-            tie_u = rng.random(sp.size)
-            sp_counts = counts[sp]
-            breaks = None
-            if fern:
-                breaks = np.ones(sp.size, dtype=bool)
-                breaks[1:] = node_set[1:] != node_set[:-1]
-            if rows_matrix is not None:
-                # Responses are rows of one matrix: search in one fused pass (no response table), a bounded number
-                # of (node, candidate) pairs at a time: a deep level's tables would take gigabytes of fresh memory.
-                step = max(1, FUSED_PAIRS // rho)
-                for a in range(0, sp.size, step):
-                    sets = np.arange(a, min(a + step, sp.size))
-                    nodes = sp[sets]
-                    rows = cand.rows(sets)
-                    table, thr = row_gain_table(rows_matrix, points_matrix, rows, u.rows(sets), order, wts,
-                                                unit_weights, f_start[nodes], f_end[nodes], configs, crit, src_labels,
-                                                src_targets, per_position, n_blocks, q, n_stats, reg, msl)
-                    idx = np.arange(sets.size)
-                    choice = _tie_broken_argmax(table.reshape(sets.size, -1), tie_u[sets])
-                    best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
-                    ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                    nl = partition_by_row(order, wts, not unit_weights, pos_labels, pos_targets, f_start[nodes],
-                                          f_end[nodes], rows_matrix, points_matrix, rows[idx, best_c], lo_b, hi_b, ok)
-                    level.record(nodes, ok, nl, family.row_params(rows[idx, best_c]), lo_b, hi_b, best_gain)
-            else:
-                which = None if choose is None else np.asarray(choose(depth, sp.size, rng), dtype=np.int64)
-                if which is not None and (which.shape != (sp.size,) or which.min() < 0
-                                          or which.max() >= len(objectives)):
-                    raise ValueError("NodeObjectives.choose must give one objective index per node")
-                if which is not None and len(objectives) > 1:
-                    # a node pure for its chosen objective has nothing to gain there: it takes the first other one
-                    purity = np.stack(pure_by)[:, sp]
-                    stuck = purity[which, np.arange(sp.size)]
-                    which[stuck] = np.argmin(purity[:, stuck], axis=0)
-                for g, obj in enumerate(objectives):
-                    group = np.arange(sp.size) if which is None else np.flatnonzero(which == g)
-                    crit, n_blocks, q, n_stats = obj.criterion, obj.n_blocks, obj.q, obj.n_stats
-                    labels, targets, reg, lifted = obj.labels, obj.targets, obj.reg, obj.lifted
-                    # per pair: K float64 uniforms, K float32 thresholds, B ~ K float64 gains, a float32 range
-                    per_pair = 5 * K + 2 if K is not None else 4
-                    for a, b in _chunks(sp_counts[group], rho, breaks if which is None else None, per_pair,
-                                        min(RESPONSE_BUDGET, CHUNK_POSITIONS * rho)):
-                        sel = group[a:b]
-                        nodes = sp[sel]
-                        idx = np.arange(b - a)
-                        c_counts = sp_counts[sel]
-                        seg_end = np.cumsum(c_counts)
-                        seg_start = seg_end - c_counts
-                        m_total = int(seg_end[-1]) if seg_end.size else 0
-                        positions = np.repeat(f_start[nodes] - seg_start, c_counts) + np.arange(m_total)
-                        samples = order[positions]
-                        pos_node = np.repeat(np.arange(b - a, dtype=np.int32), c_counts)
-                        sets = node_set[sel]
-                        node_params = cand.rows(sets)
-                        resp = family.responses(data, node_params, samples, pos_node)
-                        w_pos = wts[positions].astype(np.float64, copy=False)  # the search kernels' one dtype
-                        # Gathering targets once per chunk turns every candidate's scan into sequential reads.
-                        if targets.shape[1] <= GATHER_MAX_OUTPUTS:
-                            lab_c = labels[samples] if labels.size else labels
-                            tgt_c = targets[samples] if targets.size else targets
-                            rows = np.arange(m_total, dtype=np.int32)
-                        else:
-                            lab_c, tgt_c, rows = labels, targets, samples
-                        if K is not None:
-                            if settings.threshold_sampling == "data" and not fern:
-                                # Responses of K random points of the node: thresholds follow the data's density
-                                # (where a uniform draw over [min, max] would mostly land between clusters, e.g.
-                                # air and tissue).
-                                share = u.rows(sets) * c_counts[:, None, None]
-                                pick = seg_start[:, None, None] + share.astype(np.int64)
-                                thr = resp[np.arange(rho)[None, :, None], pick]
-                            else:
-                                lo, hi = segment_min_max(resp, seg_start, seg_end)
-                                if fern:
-                                    lo, hi = _per_set_range(lo, hi, sets)
-                                thr = (lo[:, :, None] + u.rows(sets) * (hi - lo)[:, :, None]).astype(np.float32)
-                            thr.sort(axis=2)
-                            if lifted is not None:  # whole statistics rows per point, read in place
-                                table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, configs, crit,
-                                                          lifted, n_blocks, q, n_stats, reg, msl)
-                            else:
-                                table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, configs, crit,
-                                                          lab_c, tgt_c, n_blocks, q, n_stats, reg, msl)
-                            flat = table.reshape(b - a, -1)
-                            if fern:
-                                choice = _fern_choice(flat, node_w[nodes], sets)
-                            else:
-                                choice = _tie_broken_argmax(flat, tie_u[sel])
-                            best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, configs)
-                        else:
-                            if lifted is None and sorted_search_applies(crit, n_blocks, q):
-                                g_tab, t_tab = exhaustive_best_sorted(resp, seg_start, seg_end, rows, w_pos, crit,
-                                                                      lab_c, tgt_c, n_stats, msl)
-                            else:
-                                g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c,
-                                                               tgt_c, n_blocks, q, n_stats, reg, msl)
-                            best_c = _tie_broken_argmax(g_tab, tie_u[sel])
-                            best_gain = g_tab[idx, best_c]
-                            lo_b = np.full(b - a, -np.inf, dtype=np.float32)
-                            hi_b = t_tab[idx, best_c]
-                        ok = np.isfinite(best_gain) & (best_gain >= settings.min_gain)
-                        nl = partition_segments(order, wts, f_start[nodes], resp, seg_start, seg_end,
-                                                best_c.astype(np.int64), lo_b, hi_b, ok)
-                        level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
-                        # the next chunk's tables are built while these would still be referenced
-                        del resp, positions, samples, pos_node, w_pos, lab_c, tgt_c, rows
+                lo, hi = _per_set_range(lo, hi, sets)
+            thr = (lo[:, :, None] + u.rows(sets) * (hi - lo)[:, :, None]).astype(np.float32)
+        thr.sort(axis=2)
+        if lifted is not None:  # whole statistics rows per point, read in place
+            table = lifted_gain_table(resp, seg_start, seg_end, samples, w_pos, thr, g.configs, crit, lifted,
+                                      n_blocks, q, n_stats, reg, g.msl)
+        else:
+            table = binned_gain_table(resp, seg_start, seg_end, rows, w_pos, thr, g.configs, crit, lab_c, tgt_c,
+                                      n_blocks, q, n_stats, reg, g.msl)
+        flat = table.reshape(n, -1)
+        choice = _fern_choice(flat, node_w[nodes], sets) if fern else _tie_broken_argmax(flat, tie_u)
+        best_gain, best_c, lo_b, hi_b = _best_configuration(table, thr, choice, g.configs)
+    else:
+        if lifted is None and sorted_search_applies(crit, n_blocks, q):
+            g_tab, t_tab = exhaustive_best_sorted(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c,
+                                                  n_stats, g.msl)
+        else:
+            g_tab, t_tab = exhaustive_best(resp, seg_start, seg_end, rows, w_pos, crit, lab_c, tgt_c, n_blocks, q,
+                                           n_stats, reg, g.msl)
+        best_c = _tie_broken_argmax(g_tab, tie_u)
+        best_gain = g_tab[idx, best_c]
+        lo_b = np.full(n, -np.inf, dtype=np.float32)
+        hi_b = t_tab[idx, best_c]
+    ok = np.isfinite(best_gain) & (best_gain >= g.settings.min_gain)
+    nl = partition_segments(g.order, g.wts, g.f_start[nodes], resp, seg_start, seg_end, best_c.astype(np.int64),
+                            lo_b, hi_b, ok)
+    level.record(nodes, ok, nl, node_params[idx, best_c], lo_b, hi_b, best_gain)
 
-        # Children of split nodes get consecutive ids (left, right); every other node becomes a leaf.
-        child = np.empty(n_front, dtype=np.int32)
-        split_idx = np.flatnonzero(level.split & ~finished)
-        next_id += placed
-        child[split_idx] = next_id + 2 * np.arange(split_idx.size)
-        child[finished] = root_child[finished]
-        leaf_idx = np.flatnonzero(~level.split)
-        child[leaf_idx] = -(leaf_count + np.arange(leaf_idx.size)) - 1
-        leaf_table.put(leaf_count, node=level_first_id + leaf_idx, tree=f_tree[leaf_idx], start=f_start[leaf_idx],
-                       end=f_end[leaf_idx])
-        leaf_count += leaf_idx.size
-        node_table.put(level_first_id, params=level.params, thr_lo=level.thr_lo, thr_hi=level.thr_hi, child=child,
-                       depth=depth, gain=level.gain, weight=node_w)
 
-        mid = f_start[split_idx] + level.n_left[split_idx]
-        new_start = np.empty(2 * split_idx.size, dtype=np.int64)
-        new_end = np.empty(2 * split_idx.size, dtype=np.int64)
-        new_start[0::2], new_end[0::2] = f_start[split_idx], mid
-        new_start[1::2], new_end[1::2] = mid, f_end[split_idx]
-        f_tree = np.repeat(f_tree[split_idx], 2)
-        f_start, f_end = new_start, new_end
-        level_first_id = next_id
-        next_id += 2 * split_idx.size
-        depth += 1
+def _close_level(g: _Growth, level: _LevelSplits, root_child: np.ndarray, placed: int, node_w: np.ndarray) -> None:
+    """Write the level's nodes and leaves to the tables; the children of split nodes (consecutive ids, left then
+    right) become the next frontier, and every other node a leaf."""
+    finished = root_child >= 0
+    n_front = g.f_start.size
+    child = np.empty(n_front, dtype=np.int32)
+    split_idx = np.flatnonzero(level.split & ~finished)
+    g.next_id += placed
+    child[split_idx] = g.next_id + 2 * np.arange(split_idx.size)
+    child[finished] = root_child[finished]
+    leaf_idx = np.flatnonzero(~level.split)
+    child[leaf_idx] = -(g.leaf_count + np.arange(leaf_idx.size)) - 1
+    g.leaf_table.put(g.leaf_count, node=g.level_first_id + leaf_idx, tree=g.f_tree[leaf_idx],
+                     start=g.f_start[leaf_idx], end=g.f_end[leaf_idx])
+    g.leaf_count += leaf_idx.size
+    g.node_table.put(g.level_first_id, params=level.params, thr_lo=level.thr_lo, thr_hi=level.thr_hi, child=child,
+                     depth=g.depth, gain=level.gain, weight=node_w)
 
+    mid = g.f_start[split_idx] + level.n_left[split_idx]
+    new_start = np.empty(2 * split_idx.size, dtype=np.int64)
+    new_end = np.empty(2 * split_idx.size, dtype=np.int64)
+    new_start[0::2], new_end[0::2] = g.f_start[split_idx], mid
+    new_start[1::2], new_end[1::2] = mid, g.f_end[split_idx]
+    g.f_tree = np.repeat(g.f_tree[split_idx], 2)
+    g.f_start, g.f_end = new_start, new_end
+    g.level_first_id = g.next_id
+    g.next_id += 2 * split_idx.size
+    g.depth += 1
+
+
+def _grown_forest(g: _Growth) -> GrownForest:
+    """The forest once no node splits: its arrays, and each leaf's training points in tree order."""
     # The training matrix and the per-position copies are done with: free them before the leaves are renumbered.
-    data = rows_matrix = points_matrix = sorted_matrix = pos_labels = pos_targets = src_labels = src_targets = None
-    n_nodes = level_first_id  # the last level split nothing: every id below this is a node
-    node_arrays = node_table.head(n_nodes)
-    leaf_arrays = leaf_table.head(leaf_count)
-    forest = ForestArrays(**node_arrays, tree_root=np.arange(T, dtype=np.int32), leaf_node=leaf_arrays["node"],
+    g.data = g.rows_matrix = g.points_matrix = g.sorted_matrix = None
+    g.pos_labels = g.pos_targets = g.src_labels = g.src_targets = None
+    n_nodes = g.level_first_id  # the last level split nothing: every id below this is a node
+    node_arrays = g.node_table.head(n_nodes)
+    leaf_arrays = g.leaf_table.head(g.leaf_count)
+    forest = ForestArrays(**node_arrays, tree_root=np.arange(g.T, dtype=np.int32), leaf_node=leaf_arrays["node"],
                           leaf_tree=leaf_arrays["tree"])
-    if loss_labels is not None:
-        wts = sample_weight[order]  # leaf models estimate from the points as given, not from the loss weights
-    return _leaves_in_tree_order(GrownForest(forest, order, wts if weight_table else None, leaf_arrays["start"],
+    wts = g.wts
+    if g.loss_labels is not None:
+        wts = g.sample_weight[g.order]  # leaf models estimate from the points as given, not from the loss weights
+    order = g.order
+    g.node_table = g.leaf_table = None
+    return _leaves_in_tree_order(GrownForest(forest, order, wts if g.weight_table else None, leaf_arrays["start"],
                                              leaf_arrays["end"]), tiled=True)
 
 
@@ -651,121 +756,6 @@ def _place_subtrees(sub: SubtreeNodes, roots: np.ndarray, f_tree: np.ndarray, fi
                  family.row_params(sub.row[top]), sub.thr_lo[top], sub.thr_hi[top], sub.gain[top])
     root_child[roots[split]] = node_first[split]
     return n_nodes, n_leaves
-
-
-class LevelRows:
-    """A level's random table, n_rows rows of `draw(generator, n)`, as one ``draw(rng, n_rows)`` call makes it.
-
-    With `row_draws` (the 64-bit draws one row takes; None when `draw` cannot be split into pieces) and a PCG64
-    generator (numpy's default, which can jump ahead), rows are drawn as chunks ask for them and forgotten once a chunk
-    starting further on asks; `rng` itself jumps past the whole table at once, so that later draws, and the model
-    bytes, are those of the single call. Chunks must then ask for non-decreasing rows. A deep level of a large fit
-    has hundreds of thousands of nodes: its candidates' and thresholds' tables would take gigabytes.
-    """
-
-    def __init__(self, rng: np.random.Generator, n_rows: int, draw, row_draws: int | None) -> None:
-        self.n_rows, self._draw = n_rows, draw
-        bits = rng.bit_generator
-        # PCG64's jump counts 64-bit outputs, one per float64 uniform (Philox's counts blocks of four)
-        if row_draws is not None and isinstance(bits, (np.random.PCG64, np.random.PCG64DXSM)):
-            self._source = np.random.Generator(copy.deepcopy(bits))
-            self._row_draws = int(row_draws)
-            bits.advance(n_rows * self._row_draws)
-            self._table = None
-        else:
-            self._source = None
-            self._table = draw(rng, n_rows)
-        self._first = 0  # row index of _rows[0]
-        self._rows = None
-
-    def whole(self) -> np.ndarray:
-        """The whole table (when lazy, only before any `rows` call)."""
-        if self._table is None:
-            if self._rows is not None:
-                raise RuntimeError("LevelRows.whole after rows")
-            self._table = self._draw(self._source, self.n_rows)
-        return self._table
-
-    def rows(self, sets: np.ndarray) -> np.ndarray:
-        """Rows `sets`, non-decreasing from one call to the next when lazy."""
-        if self._table is not None:
-            return self._table[sets]
-        first, stop = int(sets[0]), int(sets[-1]) + 1
-        if first < self._first:
-            raise RuntimeError("LevelRows asked out of order")
-        have = self._first if self._rows is None else self._first + self._rows.shape[0]
-        keep = None if self._rows is None or first >= have else self._rows[first - self._first:]
-        if first > have:  # rows nobody asks for still advance the source
-            self._source.bit_generator.advance((first - have) * self._row_draws)
-            have = first
-        if stop > have:
-            fresh = self._draw(self._source, stop - have)
-            keep = fresh if keep is None else np.concatenate([keep, fresh])
-        self._first, self._rows = first, keep
-        return self._rows[sets - first]
-
-
-class _Tables:
-    """Named columns written level by level at known offsets, read back as their first n rows.
-
-    Allocated once at an upper bound of the forest's size: pages a fit never writes are never touched, and the
-    final arrays are views, not a concatenation of per-level pieces (on millions of nodes, writing every array
-    twice cost about 0.5 s, mostly first-touch page faults). Columns grow by doubling should the bound be passed.
-    """
-
-    def __init__(self, capacity: int, **columns: Any) -> None:
-        self.columns: dict[str, np.ndarray] = {}
-        for name, spec in columns.items():
-            dtype, width = spec if isinstance(spec, tuple) else (spec, None)
-            shape = (capacity,) if width is None else (capacity, width)
-            self.columns[name] = np.empty(shape, dtype=dtype)
-
-    def put(self, offset: int, **values: Any) -> None:
-        """Write each column's rows offset.. from `values` (arrays, or a scalar for the whole slice)."""
-        n = max(np.shape(v)[0] for v in values.values() if np.ndim(v))
-        for name, column in self.reserve(offset + n).items():
-            column[offset:offset + n] = values[name]
-
-    def head(self, n: int) -> dict[str, np.ndarray]:
-        return {name: column[:n] for name, column in self.columns.items()}
-
-    def reserve(self, n: int) -> dict[str, np.ndarray]:
-        """The columns, grown (by doubling) to hold at least n rows, for a kernel to write in place."""
-        for name, column in self.columns.items():
-            if n > column.shape[0]:
-                grown = np.empty((max(2 * column.shape[0], n), *column.shape[1:]), dtype=column.dtype)
-                grown[:column.shape[0]] = column
-                self.columns[name] = grown
-        return self.columns
-
-
-@dataclass
-class _LevelSplits:
-    """The tests chosen for one level's nodes (n_front of them): whether each splits, how many of its points
-    go left, the weak learner's parameter row, the thresholds of the test thr_lo < f <= thr_hi and the gain."""
-
-    split: np.ndarray
-    n_left: np.ndarray
-    params: np.ndarray
-    thr_lo: np.ndarray
-    thr_hi: np.ndarray
-    gain: np.ndarray
-
-    @classmethod
-    def empty(cls, n_front: int, param_width: int) -> _LevelSplits:
-        return cls(np.zeros(n_front, dtype=bool), np.zeros(n_front, dtype=np.int64),
-                   np.zeros((n_front, param_width)), np.full(n_front, -np.inf, dtype=np.float32),
-                   np.full(n_front, np.inf, dtype=np.float32), np.zeros(n_front, dtype=np.float32))
-
-    def record(self, nodes: np.ndarray, ok: np.ndarray, n_left: np.ndarray, params: np.ndarray, lo: np.ndarray,
-               hi: np.ndarray, gain: np.ndarray) -> None:
-        """Store the best test of each of `nodes`; nodes where `ok` is False stay leaves."""
-        self.split[nodes] = ok
-        self.n_left[nodes] = n_left
-        self.params[nodes] = np.where(ok[:, None], params, 0.0)
-        self.thr_lo[nodes] = np.where(ok, lo, -np.inf)
-        self.thr_hi[nodes] = np.where(ok, hi, np.inf)
-        self.gain[nodes] = np.where(ok, gain, 0.0)
 
 
 def _leaves_in_tree_order(grown: GrownForest, tiled: bool = False) -> GrownForest:
