@@ -2,8 +2,6 @@
 
 import importlib
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,15 +9,7 @@ import pytest
 os.environ.setdefault("NUMBA_NUM_THREADS", "2")
 
 
-RENDERER = Path(__file__).resolve().parents[1] / "data_scripts" / "render_bodies.py"
-
-
 @pytest.fixture(scope="session")
 def render_bodies():
-    """`data_scripts/render_bodies.py` as a module, imported by name from its folder (not from a file spec):
-    numba's cache finds its kernels again that way."""
-    sys.path.insert(0, str(RENDERER.parent))
-    try:
-        return importlib.import_module("render_bodies")
-    finally:
-        sys.path.remove(str(RENDERER.parent))
+    """The body-parts application's depth-body renderer (`imageforest.apps.bodyparts.renderer`)."""
+    return importlib.import_module("imageforest.apps.bodyparts.renderer")

@@ -110,7 +110,8 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
 def train_bodyparts_command(data_dir: Path, out: Path, trees: int, depth: int, images: int | None,
                             pixels_per_image: int, candidates: int, reach: float, min_leaf: int, balanced: bool,
                             tree_share: float, thresholds: str, seed: int, name: str, threads: int | None) -> None:
-    """Train a body-parts model on DATA: rendered bodies (data_scripts/render_bodies.py) or hand-depth-parts."""
+    """Train a body-parts model on DATA: rendered bodies (python -m imageforest.apps.bodyparts.renderer) or
+    hand-depth-parts."""
     check_training_options(out, (("--trees", trees, 1), ("--depth", depth, 1), ("--candidates", candidates, 1),
                                  ("--pixels-per-image", pixels_per_image, 1), ("--min-leaf", min_leaf, 1)))
     if not 0.0 < tree_share <= 1.0:

@@ -1,7 +1,7 @@
 """Training data on disk: depth maps with part labels, in the two layouts the trainer reads.
 
-- Rendered bodies (`data_scripts/render_bodies.py`): `<stem>_depth.png` (uint16 mm), `<stem>_parts.png` (uint8 part
-  numbers) and `<stem>_joints.json` (part names, camera, joints in camera mm).
+- Rendered bodies (`imageforest.apps.bodyparts.renderer`): `<stem>_depth.png` (uint16 mm), `<stem>_parts.png`
+  (uint8 part numbers) and `<stem>_joints.json` (part names, camera, joints in camera mm).
 - Hand depth parts (`hand-depth-parts`, rendered by another project): `<stem>_depth.png` (uint16) and
   `<stem>_labels.png` (RGBA; forearm red, palm blue, fingers green, thumb violet, transparent background). The
   folder may be the data set's own or its `train/`.

@@ -17,7 +17,7 @@ import numpy as np
 from imageforest.apps.bodyparts import load_body_model, open_dataset
 from imageforest.apps.bodyparts.report import palette
 
-RENDERER = Path(__file__).resolve().parents[2] / "data_scripts" / "render_bodies.py"
+RENDERER = ["-m", "imageforest.apps.bodyparts.renderer"]  # the application's renderer, installed with it
 
 
 def crop_box(mask: np.ndarray, margin: int = 8) -> tuple[slice, slice]:
@@ -45,7 +45,7 @@ def main() -> None:
         folder = args.test
         if folder is None:
             folder = Path(tmp)
-            subprocess.run([sys.executable, str(RENDERER), "-n", str(args.n), "-o", str(folder), "--seed", "2"],
+            subprocess.run([sys.executable, *RENDERER, "-n", str(args.n), "-o", str(folder), "--seed", "2"],
                            check=True, stdout=subprocess.DEVNULL)
         data = open_dataset(folder)
         fig, axes = plt.subplots(3, args.n, figsize=(2.3 * args.n, 7.2), squeeze=False)

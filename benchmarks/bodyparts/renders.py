@@ -36,12 +36,12 @@ from benchmarks.bodyparts.common import Confusion, JointAP, probe_forest_peer
 from imageforest.apps.bodyparts import Camera, load_body_model, open_dataset, propose_joints
 from imageforest.apps.bodyparts.joints import true_part_posteriors
 
-RENDERER = Path(__file__).resolve().parents[2] / "data_scripts" / "render_bodies.py"
+RENDERER = ["-m", "imageforest.apps.bodyparts.renderer"]  # the application's renderer, installed with it
 
 
 def render(n: int, seed: int, folder: Path, size: str = "320x240") -> Path:
     if not any(folder.glob("*_depth.png")):
-        subprocess.run([sys.executable, str(RENDERER), "-n", str(n), "-o", str(folder), "--seed", str(seed),
+        subprocess.run([sys.executable, *RENDERER, "-n", str(n), "-o", str(folder), "--seed", str(seed),
                         "--size", size], check=True, stdout=subprocess.DEVNULL)
     return folder
 

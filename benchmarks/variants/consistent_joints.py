@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._figures import pyplot, save_png
 from benchmarks._measure import write_results
 from benchmarks.variants.consistent import METHODS
-from data_scripts.render_bodies import PART, render
 from imageforest import RegressionForest
+from imageforest.apps.bodyparts.renderer import PART, render
 
 # The paper's Fig. 5 shows the joints of the left side; each joint's forest sees the parts around it.
 JOINT_PARTS = {

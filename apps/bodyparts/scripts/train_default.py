@@ -3,7 +3,7 @@
     python -m imageforest.apps.bodyparts.scripts.train_default [--images N] [--renders DIR] [--out PATH]
         [--benchmark-json RESULTS.json]
 
-Renders N bodies at 320 x 240 with `data_scripts/render_bodies.py` (seed 1; the benchmark's held-out renders use
+Renders N bodies at 320 x 240 with `imageforest.apps.bodyparts.renderer` (seed 1; the benchmark's held-out renders use
 seed 2), trains 3 trees of depth 20 on them with the recipe below and a fixed seed, and writes the model with its
 card. The default 36,000 bodies render in about 13 minutes and train in about 54 minutes within 13.6 GB on a
 2-core machine. `--benchmark-json` adds the accuracy measured by `benchmarks/bodyparts/renders.py --json` to the
@@ -28,7 +28,7 @@ from imageforest.apps.bodyparts.training import train_bodyparts
 NAME = "rendered-bodies-31-parts"
 VERSION = "4"
 RENDER_SEED = 1
-RENDERER = Path(__file__).resolve().parents[3] / "data_scripts" / "render_bodies.py"
+RENDERER = ["-m", "imageforest.apps.bodyparts.renderer"]  # the application's renderer, installed with it
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         renders = args.renders or Path(tmp)
         if not any(renders.glob("*_depth.png")):
-            subprocess.run([sys.executable, str(RENDERER), "-n", str(args.images), "-o", str(renders), "--seed",
+            subprocess.run([sys.executable, *RENDERER, "-n", str(args.images), "-o", str(renders), "--seed",
                             str(RENDER_SEED)], check=True)
         t0 = time.perf_counter()
         model, summary = train_bodyparts(renders, n_images=args.images, progress=print, **RECIPE)
