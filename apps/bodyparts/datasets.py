@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imageforest.apps.bodyparts.depth import Camera, check_depth
+from imageforest.apps.bodyparts.depth import Camera, read_depth
 from imageforest.exceptions import InvalidInputError
 
 HAND_PARTS = ("forearm", "palm", "fingers", "thumb")
@@ -49,12 +49,11 @@ class DataSet:
 
     def load(self, sample: Sample) -> tuple[np.ndarray, np.ndarray]:
         """Depth (height, width) float32 mm and part numbers (height, width) uint8, 0 = background."""
-        from PIL import Image as PILImage
+        from imageforest.imaging.pictures import load_picture
 
-        with PILImage.open(sample.depth) as im:
-            depth = check_depth(np.asarray(im), str(sample.depth))
-        with PILImage.open(sample.labels) as im:
-            raw = np.asarray(im)
+        # the depth as `imageforest bodyparts` reads it (a model trains only on maps it could parse)
+        depth = read_depth(sample.depth)
+        raw, _ = load_picture(sample.labels, "part labels", depth.size, labels=True)
         if self.layout == "rendered":
             if raw.ndim != 2:
                 raise InvalidInputError(f"{sample.labels}: part labels are one channel of part numbers")
@@ -78,21 +77,39 @@ class DataSet:
     def camera(self, sample: Sample, shape: tuple[int, int]) -> Camera:
         """The sample's intrinsics: from its joints file when rendered, else the Kinect-like default."""
         if sample.joints is not None:
-            cam = json.loads(sample.joints.read_text())["camera"]
-            return Camera(float(cam["fx"]), float(cam["fy"]), float(cam["cx"]), float(cam["cy"]))
+            cam = _json(sample.joints).get("camera")
+            try:
+                camera = Camera(float(cam["fx"]), float(cam["fy"]), float(cam["cx"]), float(cam["cy"]))
+            except (TypeError, KeyError, ValueError):
+                raise InvalidInputError(f"{sample.joints}: no camera (fx, fy, cx, cy) in the joints file") from None
+            return camera.checked(shape)
         return Camera.kinect(shape[1], shape[0])
 
     def joints(self, sample: Sample) -> dict[str, dict] | None:
         """The sample's true joints (rendered layout): name -> {camera_mm, pixel, visible}."""
         if sample.joints is None:
             return None
-        return json.loads(sample.joints.read_text())["joints"]
+        joints = _json(sample.joints).get("joints")
+        if not isinstance(joints, dict):
+            raise InvalidInputError(f"{sample.joints}: no joints in the joints file")
+        return joints
 
     def joint_parts(self) -> dict[str, list[int]] | None:
         """Joint name -> part numbers, for bodies with Shotton et al.'s parts; None otherwise."""
         if not set(p for parts in BODY_JOINT_PARTS.values() for p in parts) <= set(self.part_names):
             return None
         return {j: [self.part_names.index(p) + 1 for p in parts] for j, parts in BODY_JOINT_PARTS.items()}
+
+
+def _json(path: Path) -> dict:
+    """A JSON object from `path`; InvalidInputError for unreadable, malformed or absurdly nested files."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"{path}: not readable JSON ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{path}: expected a JSON object")
+    return value
 
 
 def open_dataset(folder: str | Path) -> DataSet:
@@ -122,7 +139,7 @@ def open_dataset(folder: str | Path) -> DataSet:
         names = None
         for s in samples:
             if s.joints is not None:
-                names = json.loads(s.joints.read_text()).get("parts")
+                names = _json(s.joints).get("parts")
                 break
         if not isinstance(names, list) or not names:
             raise InvalidInputError(f"{folder}: rendered maps need a *_joints.json that names the parts")

@@ -19,6 +19,38 @@ from imageforest.imaging.io import ImageReadError
 # A Kinect-like depth camera: 57 degrees of horizontal field of view, so fx = fy = 570 px at 640 x 480.
 KINECT_FOCAL_640 = 570.0
 DEPTH_SUFFIXES = (".png", ".tif", ".tiff", ".npy")
+# Pixels a depth map may hold (2048 x 2048; IMAGEFOREST_MAX_PIXELS raises it): parsing holds about 200 bytes a pixel
+# (31 part posteriors of float32 among them), so this keeps a frame within about 1 GB.
+MAX_DEPTH_PIXELS = 1 << 22
+# Readings beyond this are no body a depth camera sees (sensors report "no reading" as 65,535 or far values):
+# they count as background
+MAX_DEPTH_MM = 10_000.0
+
+
+def _read_npy(path: Path, limit: int) -> np.ndarray:
+    """A `.npy` depth map, its header (shape, dtype) checked against the file's size and `limit` before any data
+    is read."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"format version {version} is not read here")
+            offset = fh.tell()
+    except (ValueError, OSError, SyntaxError) as exc:
+        raise ImageReadError(f"{path}: not a readable depth map: not a NumPy array file ({exc})") from None
+    if dtype.hasobject or dtype.kind not in "uif":
+        raise ImageReadError(f"{path}: not a readable depth map: it holds {dtype} values, not numbers in mm")
+    count = int(np.prod(shape, dtype=np.float64)) if shape else 1
+    if count > limit:
+        raise ImageReadError(f"{path}: {' x '.join(map(str, shape))} values, over the {limit / 1e6:.1f} million "
+                             "pixels this command reads (set IMAGEFOREST_MAX_PIXELS to raise it)")
+    if path.stat().st_size < offset + count * dtype.itemsize:
+        raise ImageReadError(f"{path}: truncated (its header promises {' x '.join(map(str, shape))} {dtype})")
+    return np.load(path, allow_pickle=False)
 
 
 @dataclass(frozen=True)
@@ -43,9 +75,25 @@ class Camera:
         base = cls.kinect(shape[1], shape[0])
         cam = cls(fx if fx is not None else base.fx, fy if fy is not None else (fx if fx is not None else base.fy),
                   cx if cx is not None else base.cx, cy if cy is not None else base.cy)
-        if not all(np.isfinite(v) for v in (cam.fx, cam.fy, cam.cx, cam.cy)) or cam.fx <= 0 or cam.fy <= 0:
-            raise InvalidInputError(f"camera intrinsics must be finite with positive focal lengths, got {cam}")
-        return cam
+        return cam.checked(shape)
+
+    def checked(self, shape: tuple[int, int]) -> Camera:
+        """This camera, checked against a (height, width) map: finite intrinsics, the principal point in the middle
+        half of the map and a horizontal field of view of 10 to 150 degrees. A camera for a map of another size
+        (the Kinect default for 640 x 480 on a 320 x 240 map) puts the joints metres off; it is refused."""
+        height, width = shape
+        values = (self.fx, self.fy, self.cx, self.cy)
+        if not all(isinstance(v, (int, float, np.floating, np.integer)) and np.isfinite(v) for v in values):
+            raise InvalidInputError(f"camera intrinsics must be finite numbers, got {self}")
+        for name, f, side in (("fx", self.fx, width), ("fy", self.fy, height)):
+            if not 0.13 * side <= f <= 11.4 * side:  # field of view 150 to 10 degrees
+                raise InvalidInputError(f"camera {name} = {f:g} px gives a {side}-pixel side a field of view outside "
+                                        "10-150 degrees: a focal length for another map size or unit?")
+        for name, c, side in (("cx", self.cx, width), ("cy", self.cy, height)):
+            if not 0.25 * side <= c <= 0.75 * side:
+                raise InvalidInputError(f"camera {name} = {c:g} px lies outside the middle half of the map's {side} "
+                                        "pixels: intrinsics for a map of another size?")
+        return self
 
     def to_dict(self) -> dict[str, float]:
         return {"fx": self.fx, "fy": self.fy, "cx": self.cx, "cy": self.cy}
@@ -64,8 +112,9 @@ class Camera:
 
 
 def check_depth(depth, what: str = "depth map") -> np.ndarray:
-    """A depth map as (height, width) float32 mm (the array itself when it is float32 already); refuses colour
-    images, non-finite or negative values, and maps where every pixel is background.
+    """A depth map as (height, width) float32 mm (the array itself when it is float32 already, unless readings
+    beyond `MAX_DEPTH_MM` are set to background); refuses colour images, non-finite or negative values, and maps
+    where every pixel is background.
 
     Raises
     ------
@@ -88,6 +137,12 @@ def check_depth(depth, what: str = "depth map") -> np.ndarray:
         raise InvalidInputError(f"{what}: depth holds negative values; use 0 for missing pixels")
     if not np.any(out > 0):
         raise InvalidInputError(f"{what}: every pixel is 0 (background): nothing to label")
+    far = out > MAX_DEPTH_MM
+    if np.any(far):
+        out = np.where(far, np.float32(0), out)
+        if not np.any(out > 0):
+            raise InvalidInputError(f"{what}: every reading is beyond {MAX_DEPTH_MM / 1000:g} m (no body a depth "
+                                    "camera sees; 65,535 is many sensors' 'no reading'): nothing to label")
     return out
 
 
@@ -103,29 +158,21 @@ def read_depth(path: str | os.PathLike) -> np.ndarray:
     ImageReadError
         Missing, unreadable, or not a depth map (a colour or 8-bit picture, all zeros, NaN, negative values).
     """
+    from imageforest.imaging.pictures import load_picture, max_pixels, regular_file
+
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in DEPTH_SUFFIXES:
         raise ImageReadError(f"{path}: depth is read from {', '.join(DEPTH_SUFFIXES)} files, not '{suffix}'")
-    try:
-        if not path.is_file():
-            raise ImageReadError(f"{path}: " + ("is not a regular file" if path.exists() else "no such file"))
-        if suffix == ".npy":
-            arr = np.load(path, allow_pickle=False, mmap_mode=None)
-        else:
-            from PIL import Image as PILImage
-
-            with PILImage.open(path) as im:
-                if im.mode in ("RGB", "RGBA", "P", "LA", "CMYK", "YCbCr"):
-                    raise ImageReadError(f"{path}: a colour image ({im.mode}), not a depth map; give the "
-                                         "16-bit depth in mm")
-                if im.mode in ("L", "1"):
-                    raise ImageReadError(f"{path}: an 8-bit picture, not a depth map; depth is 16-bit (mm)")
-                arr = np.asarray(im)
-    except ImageReadError:
-        raise
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise ImageReadError(f"{path}: cannot be read as a depth map ({exc})") from None
+    limit = max_pixels(MAX_DEPTH_PIXELS)
+    if suffix == ".npy":
+        arr = _read_npy(regular_file(path, "depth map"), limit)
+    else:
+        arr, mode = load_picture(path, "depth map", limit)
+        if mode in ("RGB", "RGBA", "P", "PA", "LA", "CMYK", "YCbCr", "HSV", "LAB"):
+            raise ImageReadError(f"{path}: a colour image ({mode}), not a depth map; give the 16-bit depth in mm")
+        if mode in ("L", "1"):
+            raise ImageReadError(f"{path}: an 8-bit picture, not a depth map; depth is 16-bit (mm)")
     try:
         return check_depth(arr, str(path))
     except InvalidInputError as exc:

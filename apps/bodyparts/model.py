@@ -197,7 +197,7 @@ class BodyPartsForest(ImageClassificationForest):
     def _prepared(self, depth, camera: Camera | None) -> tuple[np.ndarray, Camera]:
         self.check_fitted()
         depth = check_depth(depth)
-        return depth, camera or Camera.kinect(depth.shape[1], depth.shape[0])
+        return depth, (camera or Camera.kinect(depth.shape[1], depth.shape[0])).checked(depth.shape)
 
     def body_posteriors(self, depth: np.ndarray, camera: Camera | None = None, *,
                         smooth: bool = True) -> tuple[np.ndarray, np.ndarray]:

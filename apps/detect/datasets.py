@@ -24,27 +24,23 @@ from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.channels import as_rgb
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
+# Pixels an image may hold (IMAGEFOREST_MAX_PIXELS raises it): the decoded picture as float32 RGB takes 12 bytes a
+# pixel before it is scaled down to the detector's working size, so this keeps a read within about 1 GB.
+MAX_IMAGE_PIXELS = 80_000_000
 
 
 def read_rgb(path: str | Path) -> np.ndarray:
     """An image file as (h, w, 3) float32 RGB in [0, 1]; InvalidInputError if unreadable or grey."""
-    path = Path(path)
-    if not path.is_file():
-        raise InvalidInputError(f"{path}: no such image file")
-    try:
+    from imageforest.imaging.pictures import load_picture, max_pixels
+
+    arr, mode = load_picture(path, "image", max_pixels(MAX_IMAGE_PIXELS))
+    if mode in ("L", "I", "I;16", "I;16B", "F", "1", "LA"):
+        raise InvalidInputError(f"{path} is a grey image; the detector's channels need a colour (RGB) image")
+    if mode not in ("RGB", "RGBA"):  # a palette or CMYK picture: Pillow's conversion (the file is checked above)
         from PIL import Image as PILImage
 
         with PILImage.open(path) as im:
-            im.load()
-            mode = im.mode
-            if mode in ("L", "I", "I;16", "F", "1", "LA"):
-                raise InvalidInputError(f"{path} is a grey image; the detector's channels need a colour (RGB) image")
-            arr = np.asarray(im.convert("RGB") if mode not in ("RGB", "RGBA") else im)
-    except InvalidInputError:
-        raise
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InvalidInputError(f"{path}: not a readable image ({str(exc).splitlines()[0] if str(exc) else exc})"
-                                ) from None
+            arr = np.asarray(im.convert("RGB"))
     return as_rgb(arr, str(path))
 
 
@@ -110,8 +106,8 @@ def open_box_folder(folder: str | Path) -> BoxFolder:
         raise InvalidInputError(f"{root}: no boxes.json (image name -> boxes [x0, y0, x1, y1])")
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"{path}: not readable JSON ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # a file nested a million deep overflows the parser
+        raise InvalidInputError(f"{path}: not readable JSON ({str(exc)[:120]})") from None
     if not isinstance(raw, dict) or not raw:
         raise InvalidInputError(f"{path}: expected a mapping from image names to boxes")
     for sub in ("rgb", "images", "."):

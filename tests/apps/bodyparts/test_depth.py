@@ -32,11 +32,11 @@ def test_reads_16_bit_png_tiff_and_npy(tmp_path):
     (lambda p: PILImage.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(p / "x.png"), "colour image"),
     (lambda p: PILImage.fromarray(np.full((40, 60), 90, np.uint8)).save(p / "x.png"), "8-bit"),
     (lambda p: PILImage.fromarray(np.zeros((40, 60), np.uint16)).save(p / "x.png"), "every pixel is 0"),
-    (lambda p: (p / "x.png").write_bytes(b"\x89PNG not really"), "cannot be read"),
+    (lambda p: (p / "x.png").write_bytes(b"\x89PNG not really"), "not a readable"),
     (lambda p: np.save(p / "x.npy", np.full((40, 60), np.nan)), "NaN"),
     (lambda p: np.save(p / "x.npy", -np.ones((40, 60))), "negative"),
     (lambda p: np.save(p / "x.npy", np.ones((2, 40, 60))), "2-D"),
-    (lambda p: np.save(p / "x.npy", np.array([{"a": 1}], dtype=object)), "cannot be read"),
+    (lambda p: np.save(p / "x.npy", np.array([{"a": 1}], dtype=object)), "not a readable"),
 ])
 def test_refuses_what_is_not_a_depth_map(tmp_path, make, words):
     make(tmp_path)
@@ -65,6 +65,6 @@ def test_camera_back_projects_and_projects_back():
     pts = cam.back_project(y, x, z)
     assert np.allclose(pts[1], [0.5 * 2000 / 570, 0.5 * 2000 / 570, 2000])  # the centre pixel's centre
     assert np.allclose(cam.project(pts), np.c_[x + 0.5, y + 0.5])
-    with pytest.raises(InvalidInputError, match="positive focal"):
+    with pytest.raises(InvalidInputError, match="field of view"):
         Camera.for_map((480, 640), fx=-1.0)
     assert Camera.for_map((240, 320), fx=300.0).fy == 300.0  # fy follows fx unless given
