@@ -33,9 +33,50 @@ def _suffix(path: Path) -> str:
     return path.suffix.lower()
 
 
+# Pixels (or voxels) an image to segment may hold (4096 x 4096, or 256^3; IMAGEFOREST_MAX_PIXELS raises it): a
+# segmentation holds about 140 bytes a pixel (features, posteriors, geodesic distances, the cut's graph), so this
+# keeps it within about 2.5 GB.
+MAX_SEGMENT_PIXELS = 1 << 24
+
+
+def _check_size(path: Path) -> None:
+    """Refuse, from the file's header, an image over the pixel limit before anything is decoded."""
+    from imageforest.imaging.pictures import max_pixels, picture_header
+
+    limit = max_pixels(MAX_SEGMENT_PIXELS)
+    if _suffix(path) in PICTURE_SUFFIXES:
+        picture_header(path, "image", limit)
+        return
+    if not path.is_file():
+        return  # a DICOM folder (or nothing): `read_image` checks it
+    import SimpleITK as sitk
+
+    header = sitk.ImageFileReader()
+    header.SetFileName(str(path))
+    try:
+        header.ReadImageInformation()
+    except RuntimeError:
+        return  # `read_image` says why it cannot be read
+    count = float(np.prod(header.GetSize()))
+    if count > limit:
+        raise InvalidInputError(f"{path}: {' x '.join(map(str, header.GetSize()))} voxels, over the "
+                                f"{limit / 1e6:.1f} million this command segments (set IMAGEFOREST_MAX_PIXELS to "
+                                "raise it; memory grows with the voxels)")
+
+
 def read_segmentation_image(path: str | os.PathLike) -> Image:
     """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError)."""
+    from imageforest.imaging.pictures import max_pixels, regular_file
+
+    path = Path(path)
+    if not path.is_dir():
+        regular_file(path, "image")
+    _check_size(path)
     image = read_image(path)
+    if image.array.size / (image.array.shape[-1] if image.array.ndim > image.ndim else 1) > max_pixels(
+            MAX_SEGMENT_PIXELS):
+        raise InvalidInputError(f"{path}: {image.array.shape} voxels, over the limit this command segments (set "
+                                "IMAGEFOREST_MAX_PIXELS to raise it)")
     if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
         raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
                                 "takes 2-D pictures and 3-D volumes")
@@ -44,18 +85,12 @@ def read_segmentation_image(path: str | os.PathLike) -> Image:
 
 def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
     """Scribbles for `image` as int64 labels on its spatial grid ((y, x) or (z, y, x)), 0 = not labelled."""
+    from imageforest.imaging.pictures import load_picture, max_pixels, regular_file
+
     path = Path(path)
     shape = image.array.shape[: image.ndim]
     if image.ndim == 2 and _suffix(path) in PICTURE_SUFFIXES:
-        from PIL import Image as PILImage
-        from PIL import UnidentifiedImageError
-
-        try:
-            with PILImage.open(path) as pic:
-                mode = pic.mode
-                arr = np.array(pic)
-        except (OSError, UnidentifiedImageError) as exc:
-            raise InvalidInputError(f"{path}: cannot read the scribbles ({exc})") from None
+        arr, mode = load_picture(path, "scribbles", max_pixels(MAX_SEGMENT_PIXELS), labels=True)
         if arr.ndim == 3:
             if mode in ("RGB", "RGBA") and np.all(arr[..., 0:1] == arr[..., :3]):
                 arr = arr[..., 0]  # a grey label image stored as RGB
@@ -63,7 +98,12 @@ def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
                 raise InvalidInputError(f"{path}: scribbles are a colour ({mode}) image; give a label image "
                                         "(palette or greyscale PNG, 0 = not labelled, 1..K = classes)")
     else:
-        arr = read_image(path).array
+        if not path.is_dir():
+            regular_file(path, "scribbles")
+        labels = read_image(path)
+        arr = labels.array
+        if image.ndim == 3 and labels.ndim == 3 and arr.shape == shape:
+            _check_same_grid(labels, image, path)
     if arr.shape != shape:
         raise InvalidInputError(f"{path}: scribbles of shape {arr.shape} do not match the image's grid {shape}")
     if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
@@ -73,6 +113,21 @@ def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
     if arr.size and arr.min() < 0:
         raise InvalidInputError(f"{path}: scribbles must be >= 0 (0 = not labelled)")
     return arr.astype(np.int64)
+
+
+def _check_same_grid(labels: Image, image: Image, path: Path) -> None:
+    """Scribbles of a volume lie on its grid: the same spacing, origin and direction, not only the same shape (a
+    label map of another scan would label other anatomy)."""
+    tol = 1e-3 * float(np.min(image.spacing))
+    problems = []
+    if not np.allclose(labels.spacing, image.spacing, rtol=1e-4, atol=1e-6):
+        problems.append(f"spacing {tuple(np.round(labels.spacing, 4))} against {tuple(np.round(image.spacing, 4))} mm")
+    if not np.allclose(labels.origin, image.origin, atol=max(tol, 1e-4)):
+        problems.append(f"origin {tuple(np.round(labels.origin, 2))} against {tuple(np.round(image.origin, 2))} mm")
+    if not np.allclose(labels.direction, image.direction, atol=1e-4):
+        problems.append("another direction")
+    if problems:
+        raise InvalidInputError(f"{path}: scribbles on another grid than the image ({'; '.join(problems)})")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:

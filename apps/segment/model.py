@@ -56,6 +56,11 @@ def label_dtype(classes: np.ndarray) -> type:
     return np.uint8 if int(np.max(classes)) < 256 else np.uint16
 
 
+# Largest graph-cut boundary weight (200 times the pictures' default): far beyond it the cut's capacities swamp the
+# posterior's terms in floating point (1e300 gave NaN capacities and an all-background mask).
+MAX_SMOOTHNESS = 1e4
+
+
 class SegmentationForest(ClassificationForest):
     """Per-pixel classification forest for segmentation from scribbles.
 
@@ -74,7 +79,7 @@ class SegmentationForest(ClassificationForest):
 
     task = "interactive-segmentation"
     parameter_constraints: ClassVar[dict[str, Rule]] = {**ClassificationForest.parameter_constraints,
-                                                         "smoothness": Real(0.0)}
+                                                         "smoothness": Real(0.0, MAX_SMOOTHNESS)}
     default_candidates = "sqrt"
     weak_learner = "axis"
     n_thresholds = 16

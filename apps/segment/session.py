@@ -28,7 +28,7 @@ from collections.abc import Generator
 import numpy as np
 
 from imageforest.apps.segment.features import PreparedImage, prepare
-from imageforest.apps.segment.model import Segmentation, SegmentationForest, entropy, label_dtype
+from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, SegmentationForest, entropy, label_dtype
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
 from imageforest.apps.segment.regularize import contrast_weights, graph_cut
 from imageforest.exceptions import InvalidInputError
@@ -63,8 +63,8 @@ class SegmentationSession:
     def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
                  geodesic_weight: float | None = None, gamma: float = 1.0, smoothness: float | None = None,
                  max_training_pixels: int = 20000) -> None:
-        for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, np.inf),
-                                 ("smoothness", smoothness, np.inf)):
+        for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, 1e3),
+                                 ("smoothness", smoothness, MAX_SMOOTHNESS)):
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= top):
                 raise InvalidInputError(f"{name} must be a number in [0, {top}], got {value!r}")
         if not (isinstance(max_training_pixels, int) and max_training_pixels >= 2):

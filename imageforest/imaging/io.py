@@ -201,6 +201,21 @@ def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
     return img, notes
 
 
+def _read_picture(path: Path) -> sitk.Image:
+    """A 2-D picture file through ITK, after the picture layer's header checks (one page, within the voxel limit);
+    libjpeg's diagnostics of damaged data, which ITK prints and then decodes past, are refused."""
+    from imageforest.imaging.pictures import JPEG_DAMAGE, captured_stdout, picture_header
+
+    info = picture_header(path, "image", max_voxels())
+    if info["pages"] > 1:
+        raise _fail(path, f"holds {info['pages']} pages; give one picture per file (save the page you mean)")
+    img, text = captured_stdout(lambda: sitk.ReadImage(str(path)))
+    damage = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith(JPEG_DAMAGE)), None)
+    if damage:
+        raise _fail(path, f"damaged picture data ({damage})")
+    return img
+
+
 def read_image(path: str | os.PathLike) -> Image:
     """Read a NIfTI, NRRD, MHA file, a DICOM series folder, or a PNG/JPEG/TIFF/BMP image.
 
@@ -234,7 +249,10 @@ def read_image(path: str | os.PathLike) -> Image:
             if count > max_voxels():
                 raise _fail(path, f"declares {' x '.join(map(str, header.GetSize()))} voxels, over the "
                                   f"{max_voxels() / 1e6:.0f} million read at most (IMAGEFOREST_MAX_VOXELS)")
-            img = sitk.ReadImage(str(path))
+            if path.suffix.lower() in PLANAR_SUFFIXES:
+                img = _read_picture(path)
+            else:
+                img = sitk.ReadImage(str(path))
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         detail = next((ln for ln in first if "ERROR" in ln or "Unable" in ln or "error" in ln), first[0] if first
