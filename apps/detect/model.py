@@ -112,6 +112,9 @@ def _rng_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**63 - 1))
 
 
+VOTE_REACH = 16  # object sizes a leaf's vote (centre offset, object size) may span at most
+
+
 class HoughForestDetector(BaseForest):
     """A class-specific Hough forest: object detection by patch votes for object centres.
 
@@ -450,6 +453,11 @@ class HoughForestDetector(BaseForest):
         if (votes.dtype != np.float32 or votes.ndim != 2 or votes.shape != (int(start[-1]), 4)
                 or not np.isfinite(votes).all() or np.any(votes[:, 2:] <= 0)):
             raise ModelFormatError("votes must be (n, 4) finite float32 offsets and positive sizes")
+        # a patch lies inside its object (scaled to object_size), so its offset and the object's size are within a
+        # few object sizes; a forged vote of 1e30 pixels would move every centre off the image
+        reach = VOTE_REACH * float(self.object_size)
+        if votes.size and (np.abs(votes).max() > reach):
+            raise ModelFormatError(f"votes must lie within {reach:g} pixels ({VOTE_REACH} object sizes)")
         if rel.shape != (2,) or not np.all(np.isfinite(rel)) or not 0 < rel[0] <= rel[1] <= 10:
             raise ModelFormatError("relative_sizes must be two increasing positive numbers")
         thr, card = meta.get("threshold"), meta.get("model_card", {})

@@ -53,5 +53,17 @@ def localize_file(path: str | Path, model: OrganLocalizer, organs: list[str] | N
     t2 = time.perf_counter()
     timing = {"read": t1 - t0, "localize": t2 - t1, "total": t2 - t0}
     document = localization_json(result, scan, str(path), model_identity(model), timing, organs)
-    document["warnings"] = scan_warnings(scan)
+    document["warnings"] = scan_warnings(scan) + region_warnings(result, model)
     return document, result, scan
+
+
+def region_warnings(result: Localization, model: OrganLocalizer) -> list[str]:
+    """Why "absent" may not mean absent: a scan where none of the model's organs is found most likely shows none
+    of the anatomy the model was trained on (a thorax or abdomen scan for a head-and-neck model)."""
+    if any(organ.present for organ in result.organs):
+        return []
+    card = getattr(model, "model_card_", {}) or {}
+    trained = f"model {card['name']}, trained on {', '.join(model.organs)}" if "name" in card else \
+        f"trained on {', '.join(model.organs)}"
+    return [f"none of the model's {len(model.organs)} organs was found: the scan may show none of the anatomy the "
+            f"model knows ({trained}); then 'absent' says nothing of the organs"]

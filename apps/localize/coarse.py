@@ -56,8 +56,8 @@ def organ_vote(model: OrganLocalizer, o: int, votes: Votes, slot: np.ndarray, gr
     valid = model._votes[uniq, o]
     n_valid = int(counts[valid].sum())
     nan6 = np.full(6, np.nan)
-    if n_valid == 0:
-        return OrganEstimate(name, False, probability, nan6, nan6, 0)
+    if n_valid == 0:  # no leaf reached knows where the organ's walls are: no box, so no presence either
+        return OrganEstimate(name, False, 0.0, nan6, nan6, 0)
     # Each wall is voted by the leaves most certain about that wall (smallest variance of its displacement):
     # a voxel at the bottom of the neck knows where the cord ends better than where the brainstem's sides are.
     # Leaves are taken in that order until they hold the wanted share of the votes (the last one whole).

@@ -443,6 +443,8 @@ class BaseForest(ABC):
         if meta.get("task") != cls.task or meta.get("estimator") != cls.__name__:
             raise ModelFormatError(f"{source}: holds a {meta.get('estimator', 'unknown')} model "
                                    f"({meta.get('task')}), not a {cls.__name__}")
+        if not isinstance(meta.get("hyper_parameters"), dict) or not isinstance(meta.get("family"), dict):
+            raise ModelFormatError(f"{source}: its metadata's hyper_parameters and family must be mappings")
         try:
             hyper = {k: v for k, v in meta["hyper_parameters"].items() if k in cls.param_names()}
             est = cls.from_hyper_parameters(hyper, meta)
@@ -460,7 +462,7 @@ class BaseForest(ABC):
         except ModelFormatError as exc:
             message = str(exc)
             raise ModelFormatError(message if message.startswith(source) else f"{source}: {message}") from None
-        except (KeyError, TypeError, ValueError, InvalidInputError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, InvalidInputError) as exc:
             raise ModelFormatError(f"{source}: inconsistent model file ({exc})") from None
         return est
 

@@ -405,6 +405,14 @@ class ForestArrays:
             raise ModelFormatError("forest arrays: the forest has no trees")
         child = self.child
         split = child >= 0
+        # A NaN threshold sends every point one way (every comparison is false): a forged model would answer with
+        # one leaf per tree. Thresholds may be infinite (one-sided tests); parameters and weights may not.
+        if np.isnan(self.thr_lo[split]).any() or np.isnan(self.thr_hi[split]).any():
+            raise ModelFormatError("forest arrays: a split's threshold is NaN")
+        if not np.all(np.isfinite(self.params[split])):
+            raise ModelFormatError("forest arrays: a split's weak-learner parameters are not finite")
+        if not (np.all(np.isfinite(self.weight)) and np.all(self.weight >= 0)):
+            raise ModelFormatError("forest arrays: node weights must be finite and non-negative")
         # Children sit after their parent, so traversal always moves forward and terminates.
         if np.any(child[split] + 1 >= n) or np.any(child[split] <= np.flatnonzero(split)):
             raise ModelFormatError("forest arrays: a child index points outside the forest or backwards")

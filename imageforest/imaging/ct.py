@@ -48,6 +48,8 @@ def working_image(image: Image, spacing_mm: float) -> Image:
 
 MAX_SCAN_VOXELS = 1 << 29  # 537 million input voxels (1 GB of int16): a 512 x 512 x 2000 CT fits
 MIN_EXTENT_MM = 20.0  # along every axis: less is not a scan of anatomy
+MIN_VOXELS = 8  # along every axis: fewer is no CT volume (a 2 x 2 x 2 volume at 100 mm gave 6 of 7 organs "present")
+MAX_SPACING_MM = 10.0  # along every axis: coarser voxels than any CT's slices
 MIN_BODY_ML = 50.0  # less tissue than this in view gets a warning (the smallest openkbp-hn scan shows 530 mL)
 
 
@@ -99,9 +101,12 @@ def read_scan(path: str | Path) -> Image:
     image = read_image(path)
     if image.ndim != 3 or image.array.ndim != 3:
         raise InvalidInputError(f"{path}: a CT scan must be a 3-D volume, got shape {image.array.shape}")
-    if min(image.array.shape) < 2:
-        raise InvalidInputError(f"{path}: a CT scan needs at least two voxels along every axis, "
+    if min(image.array.shape) < MIN_VOXELS:
+        raise InvalidInputError(f"{path}: a CT scan needs at least {MIN_VOXELS} voxels along every axis, "
                                 f"got shape {image.array.shape}")
+    if float(np.max(image.spacing)) > MAX_SPACING_MM:
+        raise InvalidInputError(f"{path}: voxels of {' x '.join(f'{v:g}' for v in image.spacing)} mm are coarser than "
+                                f"any CT's ({MAX_SPACING_MM:g} mm at most along every axis)")
     check_scan_size(Path(path), image.size, image.spacing)
     extent = np.asarray(image.size) * image.spacing
     if np.any(extent < MIN_EXTENT_MM):

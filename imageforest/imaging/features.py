@@ -695,4 +695,5 @@ class DepthProbes(FeatureFamily):
         return cls(spec["max_offset"], spec["background"], spec["unary_fraction"])
 
     def validate_params(self, params: np.ndarray) -> bool:
-        return params.shape[1] == 4 and bool(np.all(np.isfinite(params)))
+        # offsets (pixels x mm) within 1e8: 200,000 pixels at half a metre; larger ones overflow the pixel index
+        return params.shape[1] == 4 and bool(np.all(np.isfinite(params)) and np.all(np.abs(params) < 1e8))

@@ -180,6 +180,44 @@ def _nifti_truncation(path: Path) -> str | None:
     return None
 
 
+GEOMETRY_KEYS = ("offset", "origin", "position", "elementspacing", "elementsize", "transformmatrix", "rotation",
+                 "orientation", "centerofrotation", "space origin", "space directions", "spacings", "thicknesses")
+
+
+def _text_header_problem(path: Path) -> str | None:
+    """A MetaImage (.mha/.mhd) or NRRD header whose geometry holds a non-number (inf, nan, a word), or None. ITK
+    parses such a value as 0, so a scan with ``Offset = inf 0 0`` would sit at the origin without a word."""
+    name = path.name.lower()
+    if not name.endswith((".mha", ".mhd", ".nrrd", ".nhdr")):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    nrrd = name.endswith((".nrrd", ".nhdr"))
+    for raw in head.split(b"\n"):
+        line = raw.decode("latin-1").strip()
+        if nrrd and not line:
+            break  # the blank line that ends a NRRD header
+        key, sep, value = line.partition(":" if nrrd else "=")
+        key = key.strip().lower()
+        if not sep or key not in GEOMETRY_KEYS:
+            if not nrrd and key == "elementdatafile":
+                break
+            continue
+        for token in value.replace("(", " ").replace(")", " ").replace(",", " ").split():
+            if token.lower() == "none":
+                continue
+            try:
+                number = float(token)
+            except ValueError:
+                return f"its header's {key.strip()} holds {token!r}, not a number"
+            if not math.isfinite(number):
+                return f"its header's {key.strip()} holds {token}: the scan's geometry is not finite"
+    return None
+
+
 def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
     reader = sitk.ImageSeriesReader()
     series = reader.GetGDCMSeriesIDs(str(path))
@@ -193,8 +231,17 @@ def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
                 f"{len(files[chosen])} slices)")
         log.warning("%s: %s", path, note)
         notes.append(note)
+    from imageforest.imaging.pictures import captured_stdout
+
+    unread = _dicom_files_outside(path, files)
+    if unread:
+        raise _fail(path, f"{len(unread)} DICOM file(s) belong to no readable series ({unread[0].name}"
+                          f"{', ...' if len(unread) > 1 else ''}): a damaged or truncated slice?")
     reader.SetFileNames(files[chosen])
-    img = reader.Execute()
+    # ITK prints its warnings (and reads past them); the ones that mean lost anatomy are refused here
+    img, text = captured_stdout(reader.Execute, (1, 2))
+    if "missing slices" in text or "Non uniform sampling" in text:
+        raise _fail(path, "its slices are not evenly spaced along the scan (a missing slice?)")
     if img.GetDimension() == 3 and img.GetSize()[2] != len(files[chosen]):
         # ITK skips a slice it cannot read with only a warning: the volume would silently miss anatomy
         raise _fail(path, f"read {img.GetSize()[2]} of the series' {len(files[chosen])} slices (a damaged slice?)")
@@ -214,6 +261,23 @@ def _read_picture(path: Path) -> sitk.Image:
     if damage:
         raise _fail(path, f"damaged picture data ({damage})")
     return img
+
+
+def _dicom_files_outside(folder: Path, series: dict) -> list[Path]:
+    """Files of `folder` that carry the DICOM signature but belong to none of its readable `series`."""
+    listed = {Path(f).resolve() for names in series.values() for f in names}
+    outside = []
+    for item in sorted(folder.iterdir()):
+        if not item.is_file() or item.resolve() in listed:
+            continue
+        try:
+            with open(item, "rb") as fh:
+                head = fh.read(132)
+        except OSError:
+            continue
+        if head[128:132] == b"DICM":
+            outside.append(item)
+    return outside
 
 
 def read_image(path: str | os.PathLike) -> Image:
@@ -239,7 +303,7 @@ def read_image(path: str | os.PathLike) -> Image:
         if path.is_dir():
             img, notes = _read_dicom_folder(path)
         else:
-            problem = _nifti_truncation(path)
+            problem = _nifti_truncation(path) or _text_header_problem(path)
             if problem:
                 raise _fail(path, problem)
             header = sitk.ImageFileReader()

@@ -153,19 +153,23 @@ def jpeg_damage(path: str | os.PathLike) -> str | None:
     return next((line.strip() for line in text.splitlines() if line.strip().startswith(JPEG_DAMAGE)), None)
 
 
-def captured_stdout(call) -> tuple[Any, str]:
-    """Run `call()` with the process's standard output (file descriptor 1, where C libraries print) captured;
-    returns its result and what it printed."""
+def captured_stdout(call, fds: tuple[int, ...] = (1,)) -> tuple[Any, str]:
+    """Run `call()` with the process's file descriptors `fds` (1: standard output, 2: standard error, where C and
+    C++ libraries print) captured; returns its result and what it printed."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in fds]
     with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 1)
+        for fd in fds:
+            os.dup2(sink.fileno(), fd)
         try:
             result = call()
         finally:
             sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
+            sys.stderr.flush()
+            for fd, copy in zip(fds, saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
         sink.seek(0)
         return result, sink.read().decode(errors="replace")
 

@@ -212,7 +212,14 @@ def test_scans_that_are_no_ct_or_would_not_fit_are_refused_or_flagged(workspace:
     for name, arr in cases.items():
         write_image(Image(arr, np.array([2.0, 2.0, 2.0]), np.zeros(3), np.eye(3)), tmp_path / f"{name}.nii.gz")
     assert "constant volume" in one_line_error(run("localize", tmp_path / "constant.nii.gz", "--model", model))
-    assert "covers only" in one_line_error(run("localize", tmp_path / "tiny.nii.gz", "--model", model))
+    assert "at least 8 voxels" in one_line_error(run("localize", tmp_path / "tiny.nii.gz", "--model", model))
+    # 2 x 2 x 2 voxels of 100 mm covers 200 mm, but is no CT: it gave 6 of 7 organs "present"
+    write_image(Image(np.zeros((2, 2, 2), np.int16), np.full(3, 100.0), np.zeros(3), np.eye(3)),
+                tmp_path / "coarse.nii.gz")
+    assert "at least 8 voxels" in one_line_error(run("localize", tmp_path / "coarse.nii.gz", "--model", model))
+    write_image(Image(np.zeros((10, 10, 10), np.int16), np.full(3, 30.0), np.zeros(3), np.eye(3)),
+                tmp_path / "thick.nii.gz")
+    assert "coarser than any CT" in one_line_error(run("localize", tmp_path / "thick.nii.gz", "--model", model))
     mr = Image((ct.array.astype(np.float32) + 1024.0) * 2.0, ct.spacing, ct.origin, ct.direction)
     write_image(mr, tmp_path / "mr.nii.gz")
     r = run("localize", tmp_path / "mr.nii.gz", "--model", model)
