@@ -29,10 +29,10 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 # pytest plugins the tests use are loaded: pytest rewrites the asserts of every module of an auto-loaded plugin's
 # package as it is imported (all of napari's), which cost each worker seconds of every run.
 PYTEST_PLUGINS := -p xdist.plugin -p pytest_xvfb -p pytestqt.plugin -p napari.utils._testsupport \
-	-p _hypothesis_pytestplugin
+	-p _hypothesis_pytestplugin -p pytest_timeout
 test: install
 	$(BIN)/python -m ruff check .
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest $(PYTEST_PLUGINS) -n 2 --dist loadfile
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest $(PYTEST_PLUGINS) -n 2 --dist loadfile --timeout 900
 
 # The main job: localize the organs of a generated head-and-neck phantom with the shipped default model.
 demo: install

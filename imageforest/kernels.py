@@ -8,8 +8,11 @@ nothing happen thinks the program hangs; the first compilation of one of the pro
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -39,6 +42,42 @@ class _CompileNotice(event.Listener):
 
 _NOTICE = _CompileNotice()
 event.register("numba:compile", _NOTICE)
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be made in `folder` (or in its nearest existing parent, which would hold it)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def cache_folder(package_writable: bool, user_cache: Path | None) -> Path | None:
+    """Where numba should cache kernels when its own choices fail: None when the installed package's folder or the
+    user's cache folder takes them (numba's defaults), else a private folder under the system's temporary one.
+    Without it, a package installed read-only for a user with no home folder stops at its first kernel with
+    numba's "cannot cache function" error."""
+    if package_writable or (user_cache is not None and _writable(user_cache)):
+        return None
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"imageforest-numba-{uid}"
+
+
+def _ensure_cache_folder() -> None:
+    if numba.config.CACHE_DIR:  # NUMBA_CACHE_DIR: the user chose
+        return
+    try:
+        from numba.misc.appdirs import user_cache_dir
+
+        user = Path(user_cache_dir("numba"))
+    except Exception:  # no home folder to derive it from
+        user = None
+    folder = cache_folder(_writable(Path(__file__).resolve().parent / "__pycache__"), user)
+    if folder is not None:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        numba.config.CACHE_DIR = str(folder)
+
+
+_ensure_cache_folder()
 
 
 def njit(*args: Any, **options: Any) -> Callable:

@@ -105,3 +105,55 @@ def write_json(document: dict, path: str | os.PathLike, indent: int = 1) -> None
     """Write one JSON document atomically (a temporary file beside it, then moved into place)."""
     text = json.dumps(document, indent=indent) + "\n"
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+class StagedOutputs:
+    """The outputs of one run, written to hidden temporaries beside their targets and moved into place together at
+    the end: a failed run leaves the previous outputs as they were and no temporary behind, never a new mask beside
+    old probabilities.
+
+    Use::
+
+        with StagedOutputs() as out:
+            write_labels(labels, out.path(mask), image)    # the writer gets a temporary of the same suffix
+            write_map(proba, out.path(proba_path), image)
+        # all moved into place here; on an exception (or Ctrl-C) every temporary is removed instead
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []
+
+    def path(self, target: str | os.PathLike) -> Path:
+        """A hidden temporary in `target`'s folder, with `target`'s suffixes (writers choose formats by them)."""
+        target = Path(target)
+        suffixes = "".join(target.suffixes[-2:]) if target.name.lower().endswith(".nii.gz") else target.suffix
+        temp = target.with_name(f".{target.name}.{os.getpid()}.{len(self._staged)}.tmp{suffixes}")
+        self._staged.append((temp, target))
+        return temp
+
+    def __enter__(self) -> StagedOutputs:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            for temp, target in self._staged:
+                if temp.exists():
+                    os.replace(temp, target)
+            return
+        for temp, _ in self._staged:
+            temp.unlink(missing_ok=True)
+
+
+def check_outputs(outputs: dict[str, Path | None], inputs: list[Path]) -> None:
+    """Every named output (option -> path, None when not asked for) may be written as a regular file without
+    touching an input, and no two share a file; checked before any work."""
+    sources = {resolved(p, "input") for p in inputs}
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        check_destination(path, sources, flag, devices=False)
+        place = resolved(path, flag)
+        if place in seen:
+            raise fail(f"{flag}: {path} is also given to {seen[place]}")
+        seen[place] = flag

@@ -1,7 +1,8 @@
 """The segmentation command, registered by the `imageforest` command on first use.
 
-    imageforest segment IMAGE --scribbles SCRIBBLES -o MASK [--proba P] [--uncertainty U] [--save-model M]
-    imageforest segment IMAGE --model M -o MASK [--proba P] [--uncertainty U]
+    imageforest segment IMAGE --scribbles SCRIBBLES -o MASK [--overlay PNG] [--proba P] [--uncertainty U]
+                       [--save-model M] [--threads N]
+    imageforest segment IMAGE --model M -o MASK [--overlay PNG] [--proba P] [--uncertainty U] [--threads N]
 """
 
 from __future__ import annotations
@@ -15,25 +16,7 @@ import click
 from imageforest.apps.segment.recipe import FOREST, PICTURE, VOLUME  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
-
-
-def _check_outputs(outputs: dict[str, Path | None], inputs: list[Path]) -> None:
-    """Refuse an output that is an input, a folder, or in a missing folder, and two outputs on one path."""
-    seen: dict[Path, str] = {}
-    read = {p.resolve() for p in inputs}
-    for flag, path in outputs.items():
-        if path is None:
-            continue
-        resolved = path.resolve()
-        if resolved in read:
-            raise _fail(f"{flag}: {path} is an input; refusing to overwrite it")
-        if resolved in seen:
-            raise _fail(f"{flag}: {path} is also given to {seen[resolved]}")
-        if path.is_dir():
-            raise _fail(f"{flag}: {path} is a folder; give a file name")
-        if not path.parent.is_dir():
-            raise _fail(f"{flag}: the folder {path.parent} does not exist")
-        seen[resolved] = flag
+from imageforest.outputs import StagedOutputs, check_outputs
 
 
 @click.group()
@@ -48,9 +31,13 @@ def commands() -> None:
                    "a volume).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path),
               help="Apply a saved segmentation model instead of scribbles.")
-@click.option("-o", "--output", "mask_path", type=click.Path(path_type=Path), required=True,
-              help="Mask: per pixel the scribble number it was assigned (PNG/TIFF for pictures, NIfTI/NRRD/MHA for "
-                   "volumes).")
+@click.option("-o", "--out", "mask_path", type=click.Path(path_type=Path), default=None,
+              help="Mask: per pixel the scribble number it was assigned (a palette PNG, TIFF or BMP for pictures; "
+                   "NIfTI/NRRD/MHA for volumes).")
+@click.option("--output", "mask_alias", type=click.Path(path_type=Path), default=None, hidden=True)
+@click.option("--overlay", "overlay_path", type=click.Path(path_type=Path), default=None,
+              help="PNG of the segmentation over the image (for a volume: its three planes).")
+@click.option("--threads", type=int, default=None, help="Threads for the forest (default: all cores).")
 @click.option("--proba", "proba_path", type=click.Path(path_type=Path),
               help="Per-class probabilities (.npy, .tif; a volume format for volumes).")
 @click.option("--uncertainty", "uncertainty_path", type=click.Path(path_type=Path),
@@ -65,32 +52,56 @@ def commands() -> None:
                    f"{PICTURE['geodesic_weight']:g} for pictures, {VOLUME['geodesic_weight']:g} for volumes].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
-def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, mask_path: Path,
-            proba_path: Path | None, uncertainty_path: Path | None, save_model_path: Path | None,
-            smoothness: float | None, geodesic_weight: float | None, trees: int, depth: int) -> None:
+def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
+            mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
+            uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
+            geodesic_weight: float | None, trees: int, depth: int) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask."""
+    if mask_path is not None and mask_alias is not None:
+        raise _fail("give the mask once: -o/--out (--output is its older spelling)")
+    mask_path = mask_path or mask_alias
+    if mask_path is None:
+        raise _fail("Missing option '-o' / '--out' (the mask to write).")
+    if threads is not None and threads < 1:
+        raise _fail(f"--threads must be at least 1, got {threads}")
     if (scribbles_path is None) == (model_path is None):
         raise _fail("give either --scribbles (train on this image) or --model (apply a saved model)")
     if model_path is not None and save_model_path is not None:
         raise _fail("--save-model needs --scribbles (a model given with --model is already saved)")
     inputs = [p for p in (image, scribbles_path, model_path) if p is not None]
-    _check_outputs({"-o": mask_path, "--proba": proba_path, "--uncertainty": uncertainty_path,
-                    "--save-model": save_model_path}, inputs)
+    try:
+        from imageforest.apps.segment.image_files import check_output_suffixes
+        from imageforest.imaging.pictures import regular_file
+
+        for path, what in ((image, "image"), (scribbles_path, "scribbles"), (model_path, "model")):
+            if path is not None and not (what == "image" and path.is_dir()):  # a DICOM folder is an image
+                regular_file(path, what)
+        check_output_suffixes(image, mask_path, proba_path, uncertainty_path, overlay_path, save_model_path)
+    except ImageForestError as exc:
+        raise _fail(str(exc)) from None
+    check_outputs({"-o": mask_path, "--proba": proba_path, "--uncertainty": uncertainty_path,
+                   "--overlay": overlay_path, "--save-model": save_model_path}, inputs)
     try:
         from imageforest.apps.segment.api import segment_file
-        from imageforest.apps.segment.image_files import write_labels, write_map
+        from imageforest.apps.segment.image_files import write_labels, write_map, write_overlay
+        from imageforest.estimators.base import numba_threads
 
         t0 = time.perf_counter()
-        result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
-                                              smoothness=smoothness, geodesic_weight=geodesic_weight,
-                                              keep_model=save_model_path is not None)
-        write_labels(result.labels, mask_path, picture)
-        if proba_path is not None:
-            write_map(result.probabilities, proba_path, picture)
-        if uncertainty_path is not None:
-            write_map(result.uncertainty, uncertainty_path, picture)
-        if model is not None:
-            model.save(save_model_path)
+        with numba_threads(threads):
+            result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
+                                                  smoothness=smoothness, geodesic_weight=geodesic_weight,
+                                                  keep_model=save_model_path is not None)
+        # every output of the run moves into place together, or none does
+        with StagedOutputs() as out:
+            write_labels(result.labels, out.path(mask_path), picture)
+            if proba_path is not None:
+                write_map(result.probabilities, out.path(proba_path), picture)
+            if uncertainty_path is not None:
+                write_map(result.uncertainty, out.path(uncertainty_path), picture)
+            if overlay_path is not None:
+                write_overlay(picture, result.labels, out.path(overlay_path))
+            if model is not None:
+                model.save(out.path(save_model_path))
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
     except (OSError, ValueError) as exc:

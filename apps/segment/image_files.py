@@ -156,11 +156,92 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
         if labels.max() > 255 and suffix == ".bmp":
             raise InvalidInputError(f"{path}: labels above 255 need PNG or TIFF")
         arr = labels.astype(np.uint8 if labels.max() <= 255 else np.uint16)
-        atomic_write(path, lambda fh: PILImage.fromarray(arr).save(fh, format=_pil_format(suffix)))
+        picture = PILImage.fromarray(arr)
+        if suffix == ".png" and arr.dtype == np.uint8:
+            # a palette PNG: the pixel values stay the label numbers, and any viewer shows them in colour
+            picture = picture.convert("P")
+            picture.putpalette(label_palette().ravel().tolist())
+        atomic_write(path, lambda fh: picture.save(fh, format=_pil_format(suffix)))
         return
     if suffix not in VOLUME_SUFFIXES:
         raise InvalidInputError(f"{path}: write a volume's mask as {', '.join(VOLUME_SUFFIXES)}")
     write_image(_like(labels.astype(np.uint8 if labels.max() <= 255 else np.uint16), image), path)
+
+
+def label_palette() -> np.ndarray:
+    """(256, 3) uint8 colours of label values: 0 black, then ten distinct colours, repeated."""
+    base = np.array([[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48], [145, 30, 180],
+                     [70, 240, 240], [240, 50, 230], [210, 245, 60], [250, 190, 212]], dtype=np.uint8)
+    palette = np.zeros((256, 3), np.uint8)
+    palette[1:] = base[np.arange(255) % len(base)]
+    return palette
+
+
+def check_output_suffixes(image_path: Path, mask: Path | None, proba: Path | None, uncertainty: Path | None,
+                          overlay: Path | None, model: Path | None) -> None:
+    """Refuse, before any work, an output whose suffix cannot hold what it is given for an image of this kind
+    (told by the image's suffix: a picture, or a volume)."""
+    picture = _suffix(image_path) in PICTURE_SUFFIXES
+    masks = LABEL_PICTURE_SUFFIXES if picture else VOLUME_SUFFIXES
+    maps = (".npy", ".tif", ".tiff") + ((".png",) if picture else VOLUME_SUFFIXES)
+    kind = "picture" if picture else "volume"
+    for flag, path, what, allowed in (
+            ("-o", mask, f"a {kind}'s mask as", masks),
+            ("--proba", proba, f"a {kind}'s probabilities as", (".npy", ".tif", ".tiff") if picture else maps),
+            ("--uncertainty", uncertainty, f"a {kind}'s uncertainty as", maps),
+            ("--overlay", overlay, "the overlay as", (".png",)), ("--save-model", model, "a model as", (".npz",))):
+        if path is not None and _suffix(path) not in allowed:
+            raise InvalidInputError(f"{flag}: {path}: write {what} {', '.join(allowed)}")
+
+
+def write_overlay(image: Image, labels: np.ndarray, path: str | os.PathLike) -> None:
+    """A PNG of the segmentation over the image (a picture; for a volume the three planes through the labelled
+    region's centre), each label in its palette colour with its outline drawn."""
+    from PIL import Image as PILImage
+    from scipy import ndimage
+
+    palette = label_palette().astype(np.float32)
+
+    def panel(grey: np.ndarray, lab: np.ndarray, rgb: np.ndarray | None = None) -> np.ndarray:
+        base = (np.repeat(grey[..., None], 3, axis=2) if rgb is None else rgb).astype(np.float32)
+        colour = palette[np.minimum(lab, 255)]
+        inside = lab > 0
+        out = base.copy()
+        out[inside] = 0.55 * base[inside] + 0.45 * colour[inside]
+        edge = inside & ~ndimage.binary_erosion(inside & (lab == ndimage.grey_erosion(lab, size=3)))
+        out[edge] = colour[edge]
+        return np.clip(out, 0, 255).astype(np.uint8)
+
+    def to_grey(values: np.ndarray) -> np.ndarray:
+        lo, hi = np.percentile(values, [1, 99]) if values.size else (0.0, 1.0)
+        return np.clip((values - lo) / max(hi - lo, 1e-6) * 255.0, 0, 255)
+
+    arr = image.array
+    if image.ndim == 2:
+        rgb = arr[..., :3].astype(np.float32) if arr.ndim == 3 else None
+        if rgb is not None and rgb.max() > 255:
+            rgb = to_grey(rgb)
+        picture = panel(to_grey(arr.astype(np.float32)) if arr.ndim == 2 else np.zeros(arr.shape[:2]), labels, rgb)
+    else:
+        vol = to_grey(arr.astype(np.float32))
+        centre = (np.array(np.nonzero(labels > 0)).mean(axis=1).round().astype(int) if np.any(labels > 0)
+                  else np.array(labels.shape) // 2)
+        z, y, x = centre
+        # axial (y, x), coronal (z, x) and sagittal (z, y); z flipped so that superior is up
+        sx, sy, sz = (float(v) for v in image.spacing)
+
+        def stretched(view: np.ndarray, row_mm: float, col_mm: float) -> np.ndarray:
+            """The panel with square pixels in mm (thick slices would look squashed)."""
+            rows = max(1, round(view.shape[0] * row_mm / col_mm))
+            return np.asarray(PILImage.fromarray(view).resize((view.shape[1], rows), PILImage.NEAREST))
+
+        views = [stretched(panel(vol[z], labels[z]), sy, sx),
+                 stretched(panel(vol[::-1, y, :], labels[::-1, y, :]), sz, sx),
+                 stretched(panel(vol[::-1, :, x], labels[::-1, :, x]), sz, sy)]
+        height = max(v.shape[0] for v in views)
+        views = [np.pad(v, ((0, height - v.shape[0]), (0, 4), (0, 0))) for v in views]
+        picture = np.concatenate(views, axis=1)
+    atomic_write(Path(path), lambda fh: PILImage.fromarray(picture).save(fh, format="PNG"))
 
 
 def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None:
