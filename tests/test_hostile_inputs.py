@@ -114,7 +114,8 @@ def test_volume_scribbles_on_another_grid_are_refused(tmp_path: Path):
     marks = np.zeros(vol.shape, np.uint8)
     marks[10:14, 14:18, 14:18] = 1
     marks[:, :2] = 2
-    write_image(Image(marks, image.spacing, image.origin + np.array([0.0, 0.0, 60.0]), np.eye(3)), tmp_path / "moved.nii.gz")
+    moved = image.origin + np.array([0.0, 0.0, 60.0])
+    write_image(Image(marks, image.spacing, moved, np.eye(3)), tmp_path / "moved.nii.gz")
     write_image(Image(marks, image.spacing * 2, image.origin, np.eye(3)), tmp_path / "coarse.nii.gz")
     for name in ("moved.nii.gz", "coarse.nii.gz"):
         assert "another grid" in one_line_error(run("segment", tmp_path / "vol.nii.gz", "--scribbles",
