@@ -14,6 +14,10 @@ from imageforest.cli import fail
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import atomic_write
 
+# Suffixes of the files the commands write: a folder to be created under such a name is a mistyped file name
+FILE_SUFFIXES = (".json", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".npy", ".npz", ".nii", ".gz",
+                 ".nrrd", ".mha", ".mhd", ".csv", ".txt")
+
 
 def _stem(path: Path, suffixes: tuple[str, ...]) -> str:
     name = path.name
@@ -51,7 +55,11 @@ def make_folder(target: Path, not_a_folder: str = "is a file; give a folder") ->
 
 
 def output_folder(target: Path, what: str, not_a_folder: str = "is a file; give a folder") -> None:
-    """`make_folder` for a command: its error as one line prefixed with `what` (the option)."""
+    """`make_folder` for a command: its error as one line prefixed with `what` (the option). A folder to be created
+    under a file's name (`-o two.json` for several inputs) is refused: the user meant a file."""
+    if not target.is_dir() and target.suffix.lower() in FILE_SUFFIXES:
+        raise fail(f"{what}: {target} is named like a file ({target.suffix}), but here it is a folder (one output "
+                   "per input); give a folder name")
     try:
         make_folder(target, not_a_folder)
     except InvalidInputError as exc:

@@ -274,3 +274,9 @@ def test_a_read_only_install_without_a_home_gets_a_private_cache_folder():
     assert cache_folder(True, None) is None
     folder = cache_folder(False, None)
     assert folder is not None and "imageforest-numba" in folder.name
+
+
+def test_a_folder_output_named_like_a_file_is_refused(tmp_path: Path):
+    depth = _depth_png(tmp_path / "d.png")
+    assert "named like a file" in one_line_error(run("bodyparts", depth, "-o", tmp_path / "parts.json"))
+    assert not (tmp_path / "parts.json").exists()

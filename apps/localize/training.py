@@ -27,6 +27,10 @@ def find_cases(data_dir: str | Path, organs: list[str] | None) -> tuple[list[Cas
         if organs and organs != names:
             raise InvalidInputError(f"{folder}/boxes.json names the organs {', '.join(names)}; --organs differs")
         return cases, names
+    scans = [p for p in sorted(folder.iterdir()) if SCAN_PATTERN.match(p.name)]
+    if not scans:
+        raise InvalidInputError(f"{folder}: no CT scans found (`<case>_ct.nii.gz` beside `<case>_organs.nii.gz`, "
+                                "or the openkbp-hn layout with boxes.json)")
     if not organs:
         raise InvalidInputError("give the organ names for label values 1, 2, ... (--organs), or a boxes.json")
     cases = []

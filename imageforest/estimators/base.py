@@ -441,8 +441,9 @@ class BaseForest(ABC):
         """The model `to_record` gave (metadata, arrays), validated; `source` names it in error messages (a file,
         or a forest of a file of several). Anything inconsistent raises ModelFormatError."""
         if meta.get("task") != cls.task or meta.get("estimator") != cls.__name__:
-            raise ModelFormatError(f"{source}: holds a {meta.get('estimator', 'unknown')} model "
-                                   f"({meta.get('task')}), not a {cls.__name__}")
+            found = (f"a {meta['estimator']} model ({meta.get('task')})" if isinstance(meta.get("estimator"), str)
+                     else "no model this library names")
+            raise ModelFormatError(f"{source}: holds {found}, not a {cls.__name__}")
         if not isinstance(meta.get("hyper_parameters"), dict) or not isinstance(meta.get("family"), dict):
             raise ModelFormatError(f"{source}: its metadata's hyper_parameters and family must be mappings")
         try:

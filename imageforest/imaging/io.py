@@ -118,6 +118,10 @@ def _nifti_truncation(path: Path) -> str | None:
     if not (name.endswith(".nii") or name.endswith(".nii.gz")):
         return None
     opener = gzip.open if name.endswith(".gz") else open
+    if name.endswith(".gz"):
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return "is not gzip-compressed, as its .gz name says (a NIfTI file renamed, or not a scan?)"
     try:
         with opener(path, "rb") as fh:
             head = fh.read(540)
@@ -306,9 +310,15 @@ def read_image(path: str | os.PathLike) -> Image:
             problem = _nifti_truncation(path) or _text_header_problem(path)
             if problem:
                 raise _fail(path, problem)
+            from imageforest.imaging.pictures import captured_stdout
+
             header = sitk.ImageFileReader()
             header.SetFileName(str(path))
-            header.ReadImageInformation()  # the size, before any voxel is allocated
+            # the size, before any voxel is allocated; ITK's own warnings (several lines on the terminal before
+            # ours) are logged instead
+            _, said = captured_stdout(header.ReadImageInformation, (1, 2))
+            if said.strip():
+                log.info("%s: ITK said: %s", path, " ".join(said.split())[:300])
             count = float(np.prod(header.GetSize())) * header.GetNumberOfComponents()
             if count > max_voxels():
                 raise _fail(path, f"declares {' x '.join(map(str, header.GetSize()))} voxels, over the "
@@ -316,7 +326,9 @@ def read_image(path: str | os.PathLike) -> Image:
             if path.suffix.lower() in PLANAR_SUFFIXES:
                 img = _read_picture(path)
             else:
-                img = sitk.ReadImage(str(path))
+                img, said = captured_stdout(lambda: sitk.ReadImage(str(path)), (1, 2))
+                if said.strip():
+                    log.info("%s: ITK said: %s", path, " ".join(said.split())[:300])
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         detail = next((ln for ln in first if "ERROR" in ln or "Unable" in ln or "error" in ln), first[0] if first
