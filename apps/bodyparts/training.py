@@ -113,7 +113,9 @@ def train_bodyparts(data_dir: str | Path, *, n_trees: int = RECIPE["n_trees"], m
     t1 = time.perf_counter()
     stack = stack_depths(depths)
     del depths  # the stack holds every map once from here on
+    forest.progress = progress  # a line per level of growth
     forest.fit_parts(stack, pts, labs, data.part_names, focal, joint_parts)
+    forest.progress = None
     t_fit = time.perf_counter() - t1
     if joint_parts is not None and data.layout == "rendered":
         forest.push_mm_ = learn_push(data, samples[:200], joint_parts, float(forest.bandwidth_mm),

@@ -57,8 +57,10 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
     model = HoughForestDetector(n_trees, max_depth=max_depth, n_candidates=n_candidates,
                                 patches_per_image=patches_per_image, variant=variant, loss=loss,
                                 random_state=random_state, n_jobs=n_jobs)
+    model.progress = progress  # a line per level of growth
     t1 = time.perf_counter()
     model.fit(images, boxes, negatives)
+    model.progress = None
     seconds = time.perf_counter() - t1
     say(f"grew {n_trees} trees in {seconds:.1f} s")
     summary = {"images": len(images), "background_images": len(negatives), **model.n_training_,

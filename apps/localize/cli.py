@@ -174,6 +174,8 @@ def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="Model file to write (.npz).")
 @click.option("--organs", default=None,
               help="Comma-separated organ names for label values 1, 2, ... (default: boxes.json's organ_labels).")
+@click.option("--cases", "n_cases", type=int, default=None,
+              help="Train on the first N cases (by name); default: all. 20 cases take about 2 minutes and 2 GB.")
 @click.option("--trees", type=int, default=RECIPE["n_trees"], show_default=True, help="Trees T.")
 @click.option("--depth", type=int, default=RECIPE["max_depth"], show_default=True, help="Maximum depth D.")
 @click.option("--spacing", type=float, default=RECIPE["spacing_mm"], show_default=True,
@@ -189,9 +191,9 @@ def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str
               help="Grow the independent forests on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Grow the independent forests on the Dask cluster at ADDRESS, e.g. tcp://host:8786.")
-def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, depth: int, spacing: float,
-                    points_per_scan: int, refine_spacing: float, seed: int, name: str, workers: int | None,
-                    scheduler: str | None) -> None:
+def train_localizer(data_dir: Path, out: Path, organs: str | None, n_cases: int | None, trees: int, depth: int,
+                    spacing: float, points_per_scan: int, refine_spacing: float, seed: int, name: str,
+                    workers: int | None, scheduler: str | None) -> None:
     """Train a localizer on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ), or with boxes in a `boxes.json` (openkbp-hn layout). Settings the flags do not
     name are the default model's (`apps/localize/recipe.py`). With --workers or --scheduler the first stage's
@@ -213,7 +215,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, trees: int, d
             run_jobs = dask_jobs(client)
             if workers is not None:
                 params["n_jobs"] = local_threads(workers)
-        model = train_from_folder(data_dir, _split_names(organs), name=name, run_jobs=run_jobs,
+        model = train_from_folder(data_dir, _split_names(organs), name=name, run_jobs=run_jobs, n_cases=n_cases,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)
     except (ImageForestError, OSError) as exc:

@@ -350,8 +350,9 @@ class OrganLocalizer(PlainTrees):
                 known.append(np.broadcast_to(scan_known, (len(pts), n_org)))
                 works.append(piece)
             if (k + 1) % 20 == 0 or k + 1 == len(scans):
-                say(f"prepared {k + 1}/{len(scans)} scans ({len(works)} volumes with crops, "
-                    f"{time.perf_counter() - t0:.0f} s)")
+                elapsed = time.perf_counter() - t0
+                say(f"prepared {k + 1}/{len(scans)} scans ({len(works)} volumes with crops, {elapsed:.0f} s; "
+                    f"{remaining(elapsed, k + 1, len(scans))} for this step)")
         if not works:
             raise InvalidInputError("no scan has any body voxel (HU > -500)")
         Y = np.concatenate(targets)
@@ -383,7 +384,7 @@ class OrganLocalizer(PlainTrees):
             f"{len(works)} volumes, {len(places)} fine-stage and {len(slice_jobs)} slice-stage forests")
         n_volumes = len(works)
         del works, fine
-        results = (run_jobs or _run_here)(jobs)
+        results = run_jobs(jobs) if run_jobs is not None else _run_here(jobs, say)
         trees, fitted = results[:self.n_trees], results[self.n_trees:]
         self.family_ = self._features()
         self.forest_ = ForestArrays.concatenate([t[0] for t in trees])
@@ -596,13 +597,26 @@ class OrganLocalizer(PlainTrees):
         return cls(**hyper)
 
 
-def _run_here(jobs: list[tuple]) -> list:
-    """Run ``(function, args)`` jobs in this process, in order, dropping each job's data once it has run."""
+def _run_here(jobs: list[tuple], say=None) -> list:
+    """Run ``(function, args)`` jobs in this process, in order, dropping each job's data once it has run; `say`
+    hears after each job how many are done and about how long the rest will take."""
     results = []
+    t0 = time.perf_counter()
     for k, (function, args) in enumerate(jobs):
         jobs[k] = None
         results.append(function(*args))
+        if say is not None:
+            elapsed = time.perf_counter() - t0
+            say(f"grew forest {k + 1}/{len(jobs)} ({elapsed:.0f} s; {remaining(elapsed, k + 1, len(jobs))})")
     return results
+
+
+def remaining(elapsed: float, done: int, total: int) -> str:
+    """"about N s left" at the mean pace so far (forests and scans differ in cost: a rough guide)."""
+    if done >= total:
+        return "done"
+    left = elapsed / max(done, 1) * (total - done)
+    return f"about {left / 60:.0f} min left" if left >= 120 else f"about {left:.0f} s left"
 
 
 def _grow_first_stage_tree(model: OrganLocalizer, stack: ImageStack, pts: np.ndarray, Y: np.ndarray,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,13 +63,18 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
                     **params) -> OrganLocalizer:
     """Read `cases`, fit an `OrganLocalizer` with `params`, and record a model card. `run_jobs` runs the
     independent forests (see `OrganLocalizer.fit`; e.g. `imageforest.apps.localize.cluster.dask_jobs`)."""
+    from imageforest.apps.localize.model import remaining
+
     say = progress or (lambda _msg: None)
     scans, truths = [], []
+    t0 = time.perf_counter()
     for k, case in enumerate(cases):
         scans.append(read_scan(case.scan))
         truths.append(case_truth(case, len(organs)))
-        if (k + 1) % 25 == 0 or k + 1 == len(cases):
-            say(f"read {k + 1}/{len(cases)} scans")
+        if (k + 1) % 10 == 0 or k + 1 == len(cases):
+            elapsed = time.perf_counter() - t0
+            say(f"read {k + 1}/{len(cases)} scans ({elapsed:.0f} s; {remaining(elapsed, k + 1, len(cases))} for "
+                "reading)")
     model = OrganLocalizer(organs=list(organs), **params)
     model.fit(scans, truths, progress=say, run_jobs=run_jobs)
     present = np.array([[not np.isnan(b[0]) for b in (t.boxes() if isinstance(t, OrganSlices) else t)]
@@ -84,8 +90,12 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
 
 
 def train_from_folder(data_dir: str | Path, organs: list[str] | None = None, progress=None, name: str = "custom",
-                      run_jobs=None, **params) -> OrganLocalizer:
-    """`imageforest train-localizer`: every case of `data_dir`."""
+                      run_jobs=None, n_cases: int | None = None, **params) -> OrganLocalizer:
+    """`imageforest train-localizer`: every case of `data_dir` (or its first `n_cases`, by name)."""
     cases, names = find_cases(data_dir, organs)
+    if n_cases is not None:
+        if n_cases < 1:
+            raise InvalidInputError(f"--cases must be at least 1, got {n_cases}")
+        cases = cases[:n_cases]
     return train_localizer(cases, names, progress=progress, name=name, data_note=str(data_dir), run_jobs=run_jobs,
                            **params)

@@ -91,6 +91,9 @@ class BaseForest(ABC):
     two_sided: bool = False
     random_state: Any = None
     n_jobs: int | None = None
+    # Not a hyper-parameter: a callable(str) a long fit tells after every level how far it has come (the trainers
+    # of the applications set it; None says nothing).
+    progress: Any = None
 
     # -- hyper-parameters ---------------------------------------------------------------------------------
     @classmethod
@@ -146,7 +149,8 @@ class BaseForest(ABC):
             n_thresholds=self.n_thresholds, min_samples_split=int(self.min_samples_split),
             min_samples_leaf=int(self.min_samples_leaf), min_gain=float(self.min_gain),
             bootstrap=bool(self.bootstrap), max_samples=None, structure=self.structure,
-            two_sided=bool(self.two_sided), threshold_sampling=self.threshold_sampling, loss=self.global_loss())
+            two_sided=bool(self.two_sided), threshold_sampling=self.threshold_sampling, loss=self.global_loss(),
+            progress=self.progress)
 
     def _reads_features_only(self) -> bool:
         """Whether growth reads X only one feature at a time: axis-aligned tests outside the fused search (see

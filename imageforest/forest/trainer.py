@@ -19,6 +19,7 @@ on `random_state` only, never on the thread count.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,7 @@ class GrowthSettings:
     two_sided: bool = False
     threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
     loss: str | None = None  # a global loss (alternating decision forests): weights from the forest's margins
+    progress: Any = None  # callable(str) told after every level how far growth has come (a long fit says so)
 
 
 @dataclass
@@ -353,6 +355,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
     """`grow_forest`'s levels: each level's node statistics, the depth-first subtrees of its small nodes, the
     split search of the others, then their children as the next level."""
     g = _start_growth(family, data, n_points, objective, sample_weight, settings, rng)
+    t0 = time.perf_counter()
     while g.f_start.size:
         counts, node_w, pure_by, can_split = _level_statistics(g)
         level = _LevelSplits.empty(g.f_start.size, family.param_width)
@@ -361,7 +364,19 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
         if sp.size:
             _search_level(g, sp, counts, node_w, pure_by, level)
         _close_level(g, level, root_child, placed, node_w)
+        if settings.progress is not None:
+            _say_progress(g, time.perf_counter() - t0)
     return _grown_forest(g)
+
+
+def _say_progress(g: _Growth, elapsed: float) -> None:
+    """One line after a level: the depth reached, the share of the training points already in finished leaves
+    (grown level-wise or in depth-first subtrees), and the time so far; growth ends when that share is 100%."""
+    done = g.leaf_table.head(g.leaf_count)
+    share = float((done["end"] - done["start"]).sum()) / max(g.order.size, 1)
+    limit = "" if g.settings.max_depth is None else f" of at most {g.settings.max_depth}"
+    g.settings.progress(f"growing {g.T} trees: depth {g.depth}{limit}, {share:.0%} of the points in finished "
+                        f"leaves ({elapsed:.0f} s)")
 
 
 def _start_growth(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,

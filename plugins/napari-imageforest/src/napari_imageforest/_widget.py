@@ -188,6 +188,8 @@ class SegmentationWidget(QWidget):
                                                     scale=layer.scale[-len(session.shape):],
                                                     translate=layer.translate[-len(session.shape):])
             self.scribbles.events.paint.connect(self._on_paint)
+            # scribbles set from Python or a file (`layer.data = ...`) update too; painting emits `paint` only
+            self.scribbles.events.data.connect(self._on_paint)
         self.scribbles.selected_label = 1
         self.scribbles.mode = "paint"
         self.viewer.layers.selection.active = self.scribbles

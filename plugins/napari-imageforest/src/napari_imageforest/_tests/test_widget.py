@@ -74,6 +74,17 @@ def test_painting_segments_the_picture(started, qtbot):
                           scribbles.data[scribbles.data > 0])  # strokes kept
 
 
+def test_scribbles_set_from_python_start_an_update(started, qtbot):
+    viewer, widget, disc = started
+    marks = np.zeros(disc.shape, np.uint8)
+    marks[28:33, 34:40] = 1
+    marks[:3] = 2
+    viewer.layers["scribbles"].data = marks
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    fg = viewer.layers["segmentation"].data == 1
+    assert np.sum(fg & disc) / np.sum(fg | disc) > 0.8
+
+
 def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
     viewer, widget, _ = started
     paint_disc_strokes(viewer.layers["scribbles"])
