@@ -61,7 +61,17 @@ def main() -> None:
 
 def run() -> None:
     """The `imageforest` script: click's own handling, except that a usage error (a missing argument, an unknown
-    option, a value of the wrong type) is one line on stderr and exit code 1, like every other bad input."""
+    option, a value of the wrong type) is one line on stderr and exit code 1, like every other bad input. A
+    termination signal (SIGTERM) ends the command as Ctrl-C does, so that it removes its temporary files."""
+    import signal
+
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: leave the handler as it is
+        pass
     try:
         main.main(standalone_mode=False)
     except click.exceptions.UsageError as exc:
@@ -70,7 +80,7 @@ def run() -> None:
     except click.ClickException as exc:
         exc.show()
         raise SystemExit(exc.exit_code) from None
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("Aborted.", err=True)
         raise SystemExit(1) from None
     except click.exceptions.Exit as exc:

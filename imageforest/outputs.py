@@ -57,7 +57,7 @@ def make_folder(target: Path, not_a_folder: str = "is a file; give a folder") ->
 def output_folder(target: Path, what: str, not_a_folder: str = "is a file; give a folder") -> None:
     """`make_folder` for a command: its error as one line prefixed with `what` (the option). A folder to be created
     under a file's name (`-o two.json` for several inputs) is refused: the user meant a file."""
-    if not target.is_dir() and target.suffix.lower() in FILE_SUFFIXES:
+    if not target.exists() and target.suffix.lower() in FILE_SUFFIXES:
         raise fail(f"{what}: {target} is named like a file ({target.suffix}), but here it is a folder (one output "
                    "per input); give a folder name")
     try:
@@ -93,11 +93,12 @@ def plan_outputs(target: Path | None, inputs: list[Path], stems: list[str], suff
 
 
 def check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -> None:
-    """Refuse one output path that is an input, a folder, in a missing or unwritable folder, or neither a regular
-    file nor (with `devices`) a character device such as /dev/null."""
+    """Refuse one output path that is an input, a folder, in an unwritable folder, or neither a regular file nor
+    (with `devices`) a character device such as /dev/null; a missing folder is created (as every command creates
+    its output folders)."""
     folder = path.parent
-    if not folder.is_dir():
-        raise fail(f"{what}: the folder {folder} does not exist")
+    if not folder.is_dir():  # created as every command creates its output folders
+        output_folder(folder, what, "is a file, so it cannot hold the output")
     if not os.access(folder, os.W_OK):
         raise fail(f"{what}: the folder {folder} is not writable")
     if resolved(path, what) in inputs:

@@ -94,8 +94,11 @@ def test_bad_inputs_end_with_one_line(workspace: Path, tmp_path: Path):
     assert r.exit_code == 0 and not any(e["present"] for e in doc["organs"].values())
     assert any("hardly any body" in w for w in doc["warnings"])
     scan = workspace / "data" / "ph0_ct.nii.gz"
-    assert "does not exist" in one_line_error(run("localize", scan, "--model", model, "-o",
-                                                  tmp_path / "nowhere" / "x.json"))
+    # a missing output folder is created, as by every command; a file in its place is refused
+    assert run("localize", scan, "--model", model, "-o", tmp_path / "made" / "x.json").exit_code == 0
+    assert (tmp_path / "made" / "x.json").is_file()
+    (tmp_path / "plain").write_text("a file")
+    assert "is a file" in one_line_error(run("localize", scan, "--model", model, "-o", tmp_path / "plain" / "x.json"))
     assert "is an input;" in one_line_error(run("localize", scan, "--model", model, "--mask", scan))
     assert "unknown organ" in one_line_error(run("localize", scan, "--model", model, "--organs", "Liver"))
     assert "model" in one_line_error(run("localize", scan, "--model", corrupt)).lower()
