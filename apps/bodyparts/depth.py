@@ -30,15 +30,11 @@ MAX_DEPTH_MM = 10_000.0
 def _read_npy(path: Path, limit: int) -> np.ndarray:
     """A `.npy` depth map, its header (shape, dtype) checked against the file's size and `limit` before any data
     is read."""
+    from imageforest.forest.serialization import npy_header
+
     try:
         with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"format version {version} is not read here")
+            dtype, shape = npy_header(fh, path.name)
             offset = fh.tell()
     except (ValueError, OSError, SyntaxError) as exc:
         raise ImageReadError(f"{path}: not a readable depth map: not a NumPy array file ({exc})") from None

@@ -160,7 +160,9 @@ def _read_members(path: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _header(fh, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+def npy_header(fh, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape a `.npy` stream's header declares, read without its data (ValueError when it is no
+    `.npy` header of version 1 or 2)."""
     version = np.lib.format.read_magic(fh)
     if version == (1, 0):
         shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
@@ -168,6 +170,11 @@ def _header(fh, name: str) -> tuple[np.dtype, tuple[int, ...]]:
         shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
     else:
         raise ValueError(f"array {name}: .npy format version {version} is not read here")
+    return dtype, shape
+
+
+def _header(fh, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+    dtype, shape = npy_header(fh, name)
     if dtype.kind not in ARRAY_KINDS or dtype.hasobject:
         raise ModelFormatError(f"array {name} has dtype {dtype}; models hold plain numbers and names only")
     return dtype, shape
