@@ -133,8 +133,11 @@ class StagedOutputs:
         self._staged: list[tuple[Path, Path]] = []
 
     def path(self, target: str | os.PathLike) -> Path:
-        """A hidden temporary in `target`'s folder, with `target`'s suffixes (writers choose formats by them)."""
+        """A hidden temporary in `target`'s folder, with `target`'s suffixes (writers choose formats by them); a
+        character device such as /dev/null is written as it is (it must never be replaced by a file)."""
         target = Path(target)
+        if target.is_char_device():
+            return target
         suffixes = "".join(target.suffixes[-2:]) if target.name.lower().endswith(".nii.gz") else target.suffix
         temp = target.with_name(f".{target.name}.{os.getpid()}.{len(self._staged)}.tmp{suffixes}")
         self._staged.append((temp, target))

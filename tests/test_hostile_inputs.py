@@ -280,3 +280,21 @@ def test_a_folder_output_named_like_a_file_is_refused(tmp_path: Path):
     depth = _depth_png(tmp_path / "d.png")
     assert "named like a file" in one_line_error(run("bodyparts", depth, "-o", tmp_path / "parts.json"))
     assert not (tmp_path / "parts.json").exists()
+
+
+def test_staged_outputs_move_together_or_not_at_all(tmp_path: Path):
+    from imageforest.outputs import StagedOutputs
+
+    (tmp_path / "a.json").write_text("old a")
+    (tmp_path / "b.npy").write_text("old b")
+    with pytest.raises(RuntimeError), StagedOutputs() as out:
+        out.path(tmp_path / "a.json").write_text("new a")
+        raise RuntimeError("the second output failed")
+    assert (tmp_path / "a.json").read_text() == "old a" and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["a.json", "b.npy"]
+    with StagedOutputs() as out:
+        out.path(tmp_path / "a.json").write_text("new a")
+        out.path(tmp_path / "b.npy").write_text("new b")
+        assert out.path(Path("/dev/null")) == Path("/dev/null")  # a device is written into, never replaced
+    assert (tmp_path / "a.json").read_text() == "new a" and (tmp_path / "b.npy").read_text() == "new b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.npy"]

@@ -16,7 +16,7 @@ from imageforest.apps.bodyparts.depth import DEPTH_SUFFIXES
 from imageforest.apps.bodyparts.recipe import RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import output_folder, output_stems, plan_outputs
+from imageforest.outputs import StagedOutputs, output_folder, output_stems, plan_outputs
 
 
 @click.group()
@@ -68,12 +68,13 @@ def bodyparts(depths: tuple[Path, ...], out: Path, model_path: Path | None, over
 
     def process(k: int, path: Path) -> tuple[str, Path]:
         document, result, depth = parse_depth_file(path, model, camera, probabilities=proba)
-        write_parts_png(result.labels, plans["parts"][k])
-        write_json(document, plans["joints"][k])
-        if plans["proba"][k] is not None:
-            write_probabilities(result.probabilities, plans["proba"][k])
-        if plans["overlay"][k] is not None:
-            write_overlay(depth, result, len(model.part_names_), plans["overlay"][k])
+        with StagedOutputs() as out:  # a map's outputs move into place together, or none does
+            write_parts_png(result.labels, out.path(plans["parts"][k]))
+            write_json(document, out.path(plans["joints"][k]))
+            if plans["proba"][k] is not None:
+                write_probabilities(result.probabilities, out.path(plans["proba"][k]))
+            if plans["overlay"][k] is not None:
+                write_overlay(depth, result, len(model.part_names_), out.path(plans["overlay"][k]))
         found = sum(bool(p) for p in result.joints.values())
         return (f"{document['body_pixels']} body pixels, {found}/{len(result.joints)} joints found",
                 plans["parts"][k])

@@ -16,7 +16,7 @@ from imageforest.apps.detect.datasets import IMAGE_SUFFIXES
 from imageforest.apps.detect.recipe import RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import output_folder, output_stems, plan_outputs
+from imageforest.outputs import StagedOutputs, output_folder, output_stems, plan_outputs
 
 
 @click.group()
@@ -59,9 +59,10 @@ def detect(images: tuple[Path, ...], out: Path, model_path: Path | None, overlay
 
     def process(k: int, path: Path) -> tuple[str, Path]:
         document, result, rgb = detect_file(path, model, threshold, keep_hough=plans["overlay"][k] is not None)
-        write_json(document, plans["json"][k])
-        if plans["overlay"][k] is not None:
-            write_overlay(rgb, result, plans["overlay"][k])
+        with StagedOutputs() as out:  # an image's outputs move into place together, or none does
+            write_json(document, out.path(plans["json"][k]))
+            if plans["overlay"][k] is not None:
+                write_overlay(rgb, result, out.path(plans["overlay"][k]))
         best = f", best score {result.detections[0].score:.2f}" if result.detections else ""
         return f"{len(result.detections)} detection(s){best}", plans["json"][k]
 

@@ -19,7 +19,7 @@ from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import check_destination, output_stems, plan_outputs
+from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
 
 
 def _split_names(value: str | None) -> list[str] | None:
@@ -101,14 +101,15 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
             document, result, image = localize_file(scan, model, wanted)
             if len(documents) == 0:
                 document["timing_s"]["model_load"] = round(t_model, 4)
-            if plans["json"][k] is not None:
-                write_json(document, plans["json"][k])
-            if plans["overlay"][k] is not None:
-                from imageforest.apps.localize.overlay import write_overlay
+            with StagedOutputs() as staged:  # a scan's outputs move into place together, or none does
+                if plans["json"][k] is not None:
+                    write_json(document, staged.path(plans["json"][k]))
+                if plans["overlay"][k] is not None:
+                    from imageforest.apps.localize.overlay import write_overlay
 
-                write_overlay(result, plans["overlay"][k], title=scan.name, organs=wanted)
-            if plans["mask"][k] is not None:
-                write_mask(result, image, plans["mask"][k], wanted)
+                    write_overlay(result, staged.path(plans["overlay"][k]), title=scan.name, organs=wanted)
+                if plans["mask"][k] is not None:
+                    write_mask(result, image, staged.path(plans["mask"][k]), wanted)
         except (ImageForestError, OSError) as exc:
             failures += 1
             click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
