@@ -298,3 +298,34 @@ def test_staged_outputs_move_together_or_not_at_all(tmp_path: Path):
         assert out.path(Path("/dev/null")) == Path("/dev/null")  # a device is written into, never replaced
     assert (tmp_path / "a.json").read_text() == "new a" and (tmp_path / "b.npy").read_text() == "new b"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.npy"]
+
+
+COMMANDS = {  # a command line per command, its input replaced by each hostile path below
+    "localize": lambda src, tmp: ["localize", src, "-o", tmp / "o.json"],
+    "segment": lambda src, tmp: ["segment", src, "--scribbles", src, "-o", tmp / "o.png"],
+    "bodyparts": lambda src, tmp: ["bodyparts", src, "-o", tmp / "o"],
+    "detect": lambda src, tmp: ["detect", src, "-o", tmp / "o"],
+    "model-info": lambda src, tmp: ["model-info", src],
+    "train-localizer": lambda src, tmp: ["train-localizer", src, "-o", tmp / "m.npz"],
+    "train-bodyparts": lambda src, tmp: ["train-bodyparts", src, "-o", tmp / "m.npz"],
+    "train-detector": lambda src, tmp: ["train-detector", src, "-o", tmp / "m.npz"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("kind", ["missing", "fifo", "loop", "empty", "text"])
+def test_every_command_refuses_the_same_hostile_inputs_in_one_line(tmp_path: Path, command: str, kind: str):
+    suffix = {"localize": ".nii.gz", "segment": ".png", "bodyparts": ".png", "detect": ".jpg",
+              "model-info": ".npz"}.get(command, "")
+    src = tmp_path / f"input{suffix}"
+    if kind == "fifo":
+        os.mkfifo(src)
+    elif kind == "loop":
+        src.symlink_to(src)
+    elif kind == "empty":
+        src.write_bytes(b"")
+    elif kind == "text":
+        src.write_text("not what the command reads\n" * 10)
+    result = run(*COMMANDS[command](src, tmp_path))
+    one_line_error(result)
+    assert not any(p.name.startswith(".") for p in tmp_path.rglob("*"))  # no temporary left behind
