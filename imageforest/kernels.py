@@ -79,6 +79,12 @@ def _ensure_cache_folder() -> None:
 
 _ensure_cache_folder()
 
+# numba's OpenMP threads spin while they wait for work by default: on a machine whose cores are busy with other
+# processes, a spinning thread takes the core its partner needs, and the default two threads ran a body-parts frame
+# slower than one (busy 2-core machine, a busy loop on one core: 60-70 ms against 52-72 with one thread; waiting
+# passively 46-55 against 49-56). Set before the OpenMP runtime starts; a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def njit(*args: Any, **options: Any) -> Callable:
     """``numba.njit`` with ``cache=True`` unless told otherwise; used as ``@njit`` or ``@njit(parallel=True)``."""
