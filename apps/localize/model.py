@@ -315,12 +315,9 @@ class OrganLocalizer(PlainTrees):
         fine_rng = rng.spawn(1)[0]
         slice_rng = rng.spawn(1)[0]
         tree_rng = rng.spawn(1)[0]  # the first stage's per-tree seeds
-        works, targets, points, known, edge_offsets = [], [], [], [], []
+        works, targets, points, known, edge_offsets, fulls = [], [], [], [], [], []
         n_org = len(self.organs)
         refining = float(self.refine_spacing_mm) > 0
-        stages = self.fine_stages()
-        # per organ and fine stage: regions, points, targets
-        fine = [[([], [], []) for _ in stages] for _ in range(n_org)]
         t0 = time.perf_counter()
         for k, (scan, truth) in enumerate(zip(scans, truths, strict=True)):
             work = working_image(scan, float(self.spacing_mm))
@@ -332,8 +329,7 @@ class OrganLocalizer(PlainTrees):
                 slabs.append((start, start + length))
             full = boxes_in_view(truth, work, n_org)
             edge_offsets.append(full - body_edges(body_mask(work), work)[None, :])
-            if refining:
-                self._refine_training(scan, full, fine, fine_rng, stages)
+            fulls.append(full)
             for z0, z1 in slabs:
                 whole = (z0, z1) == (0, nz)
                 piece = work if whole else crop_z(work, z0, z1)
@@ -362,30 +358,24 @@ class OrganLocalizer(PlainTrees):
         # Every forest below grows from its own data and seed: they are independent jobs (`run_jobs` runs them
         # here one after another, or e.g. as Dask tasks), and the model's bytes do not depend on where they ran.
         # The first stage grows tree by tree, each tree from its own seed, so that its trees can be jobs too.
+        # The first stage's trees grow before the fine stages' data is cut: the working volumes' integral images
+        # and the fine regions are never held at once (203 scans: 12.5 GB when they were).
         stack = self._features().prepare(works)
         known_all = np.concatenate(known)
-        jobs = [(_grow_first_stage_tree, (self, stack, pts, Y, known_all, n_org, int(seed)))
-                for seed in tree_rng.integers(2**31, size=int(self.n_trees))]
-        del stack
-        places = []  # per fine job: (organ, stage)
-        for o in range(n_org):
-            if not fine[o][0][0]:  # no training scan shows the organ: no fine stages for it
-                continue
-            for s, stage in enumerate(stages):
-                regions, pts_o, y_o = fine[o][s]
-                seed = int(fine_rng.integers(2**31))
-                refiner = self._fine_forest(WallRefiner, seed, stage.trees, stage.min_samples_leaf, stage.reach_mm)
-                jobs.append((_fit_refiner, (refiner, regions, np.concatenate(pts_o), np.concatenate(y_o))))
-                places.append((o, s))
-                fine[o][s] = ([], [], [])
+        first_jobs = [(_grow_first_stage_tree, (self, stack, pts, Y, known_all, n_org, int(seed)))
+                      for seed in tree_rng.integers(2**31, size=int(self.n_trees))]
+        n_volumes = len(works)
+        del stack, works, known_all
+        say(f"growing the first stage's {self.n_trees} trees on {len(pts)} voxels of {n_volumes} volumes")
+        trees = run_jobs(first_jobs) if run_jobs is not None else _run_here(first_jobs, say)
+        del first_jobs
+        jobs, places = self._fine_stage_jobs(scans, fulls, fine_rng) if refining else ([], [])
         slice_jobs = self._slice_stage_jobs(scans, truths, slice_rng) if refining else []
         jobs.extend(job for _, job in slice_jobs)
-        say(f"growing {len(jobs)} forests: the first stage's {self.n_trees} trees on {len(pts)} voxels of "
-            f"{len(works)} volumes, {len(places)} fine-stage and {len(slice_jobs)} slice-stage forests")
-        n_volumes = len(works)
-        del works, fine
-        results = run_jobs(jobs) if run_jobs is not None else _run_here(jobs, say)
-        trees, fitted = results[:self.n_trees], results[self.n_trees:]
+        if jobs:
+            say(f"growing {len(places)} fine-stage and {len(slice_jobs)} slice-stage forests")
+        results = (run_jobs(jobs) if run_jobs is not None else _run_here(jobs, say)) if jobs else []
+        fitted = results
         self.family_ = self._features()
         self.forest_ = ForestArrays.concatenate([t[0] for t in trees])
         self.family_.prepare_apply(self.forest_)
@@ -406,6 +396,29 @@ class OrganLocalizer(PlainTrees):
         self._derive()
         self.training_summary_ = {"scans": len(scans), "volumes": n_volumes, "voxels": len(pts)}
         return self
+
+    def _fine_stage_jobs(self, scans: list[Image], fulls: list[np.ndarray], rng: np.random.Generator
+                         ) -> tuple[list[tuple], list[tuple[int, int]]]:
+        """The fine stages' forests to grow, as ``(function, args)`` jobs, and each job's (organ, stage): training
+        regions cut from every scan around its organs' boxes `fulls` (drawn from `rng`, scan after scan), then one
+        forest per organ the training scans show and per fine stage."""
+        n_org = len(self.organs)
+        stages = self.fine_stages()
+        fine = [[([], [], []) for _ in stages] for _ in range(n_org)]  # per organ and stage: regions, points, targets
+        for scan, full in zip(scans, fulls, strict=True):
+            self._refine_training(scan, full, fine, rng, stages)
+        jobs, places = [], []
+        for o in range(n_org):
+            if not fine[o][0][0]:  # no training scan shows the organ: no fine stages for it
+                continue
+            for s, stage in enumerate(stages):
+                regions, pts_o, y_o = fine[o][s]
+                seed = int(rng.integers(2**31))
+                refiner = self._fine_forest(WallRefiner, seed, stage.trees, stage.min_samples_leaf, stage.reach_mm)
+                jobs.append((_fit_refiner, (refiner, regions, np.concatenate(pts_o), np.concatenate(y_o))))
+                places.append((o, s))
+                fine[o][s] = ([], [], [])
+        return jobs, places
 
     def _fine_forest(self, kind: type[WallRefiner], seed: int, n_trees, min_samples_leaf, reach_mm) -> WallRefiner:
         """An unfitted forest of the fine grid (a fine stage's `WallRefiner` or the slice stage's

@@ -90,7 +90,7 @@ class GrowthSettings:
     two_sided: bool = False
     threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
     loss: str | None = None  # a global loss (alternating decision forests): weights from the forest's margins
-    progress: Any = None  # callable(str) told after every level how far growth has come (a long fit says so)
+    progress: Any = None  # callable(str) told after every level how far growth has come
 
 
 @dataclass
@@ -352,8 +352,7 @@ class _Growth:
 
 def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Objective | NodeObjectives,
                  sample_weight: np.ndarray, settings: GrowthSettings, rng: np.random.Generator) -> GrownForest:
-    """`grow_forest`'s levels: each level's node statistics, the depth-first subtrees of its small nodes, the
-    split search of the others, then their children as the next level."""
+    """`grow_forest`'s levels: statistics, small nodes' subtrees, the others' search, their children next."""
     g = _start_growth(family, data, n_points, objective, sample_weight, settings, rng)
     t0 = time.perf_counter()
     while g.f_start.size:
@@ -370,8 +369,7 @@ def _grow_levels(family: FeatureFamily, data: Any, n_points: int, objective: Obj
 
 
 def _say_progress(g: _Growth, elapsed: float) -> None:
-    """One line after a level: the depth reached, the share of the training points already in finished leaves
-    (grown level-wise or in depth-first subtrees), and the time so far; growth ends when that share is 100%."""
+    """One line after a level: the depth reached and the share of the points in finished leaves (100%: done)."""
     done = g.leaf_table.head(g.leaf_count)
     share = float((done["end"] - done["start"]).sum()) / max(g.order.size, 1)
     limit = "" if g.settings.max_depth is None else f" of at most {g.settings.max_depth}"
