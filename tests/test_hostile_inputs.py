@@ -86,8 +86,8 @@ def test_damaged_or_truncated_pictures_and_lossy_or_paged_labels_are_refused(tmp
     for name in ("half.jpg", "damaged.jpg"):
         line = one_line_error(run("segment", tmp_path / name, "--scribbles", marks, "-o", tmp_path / "m.png"))
         assert "damaged" in line or "truncated" in line or "Premature" in line
-        assert "damaged" in one_line_error(run("detect", tmp_path / name, "-o", tmp_path / "d")) or \
-            "truncated" in one_line_error(run("detect", tmp_path / name, "-o", tmp_path / "d"))
+        line = one_line_error(run("detect", tmp_path / name, "-o", tmp_path / "d"))
+        assert "damaged" in line or "truncated" in line
     PILImage.open(marks).convert("L").save(tmp_path / "marks.jpg", quality=95)
     assert "lossy" in one_line_error(run("segment", pic, "--scribbles", tmp_path / "marks.jpg", "-o",
                                          tmp_path / "m.png"))
