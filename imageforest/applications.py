@@ -101,33 +101,42 @@ class AppLoadError(RuntimeError):
 
 @cache
 def installed_apps() -> tuple[App, ...]:
-    """Every application installed in this environment, sorted by name (found once per process).
+    """Every application installed in this environment that loads, sorted by name (found once per process).
 
-    Raises AppLoadError naming the entry point when one does not load or does not give an `App`.
+    An entry point that does not load or gives no `App` is left out with one line on stderr naming it, so that
+    one broken package does not take every other application's commands with it; two applications that claim
+    one command name keep it for the first by name, with a line that says so.
     """
     apps = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             app = point.load()
         except Exception as exc:  # an outside package's import may raise anything: say which one failed
-            raise AppLoadError(f"the imageforest application {point.name!r} ({point.value}) does not load: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            _notice(f"the application {point.name!r} ({point.value}) does not load ({type(exc).__name__}: "
+                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); its commands are unavailable")
+            continue
         if not isinstance(app, App):
-            raise AppLoadError(f"the imageforest application {point.name!r} ({point.value}) is a "
-                               f"{type(app).__name__}, not an imageforest.App")
+            _notice(f"the application {point.name!r} ({point.value}) is a {type(app).__name__}, not an "
+                    "imageforest.App; left out")
+            continue
         apps.append(app)
     return tuple(sorted(apps, key=lambda a: a.name))
 
 
+def _notice(message: str) -> None:
+    print(f"imageforest: {message}", file=sys.stderr)
+
+
 def app_commands() -> dict[str, click.Command]:
-    """Command name -> command over every installed application; two applications may not claim one name."""
+    """Command name -> command over every installed application (the first by name keeps a claimed name)."""
     commands: dict[str, click.Command] = {}
     owner: dict[str, str] = {}
     for app in installed_apps():
         for command in app.commands:
             if command.name in commands:
-                raise AppLoadError(f"the command {command.name!r} is claimed by both the {owner[command.name]!r} "
-                                   f"and the {app.name!r} applications")
+                _notice(f"the command {command.name!r} of the application {app.name!r} is already the "
+                        f"{owner[command.name]!r} application's; left out")
+                continue
             commands[command.name] = command
             owner[command.name] = app.name
     return commands

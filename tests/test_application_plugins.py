@@ -121,3 +121,16 @@ def test_each_recipe_is_its_estimators_defaults(recipe, estimator):
     shared = [k for k in settings if k in defaults and k != "random_state"]
     assert len(shared) >= 3
     assert {k: defaults[k] for k in shared} == {k: settings[k] for k in shared}
+
+
+def test_a_broken_application_leaves_the_others_working(toy_site: Path, tmp_path: Path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "broken_app.py").write_text("raise ImportError('a dependency is missing')\n")
+    info = site / "broken_app-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-app\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nbroken = broken_app:app\n")
+    listed = _imageforest(site, "--help")
+    assert listed.returncode == 0 and "localize" in listed.stdout
+    assert "'broken'" in listed.stderr and "does not load" in listed.stderr
