@@ -195,12 +195,16 @@ def check_output_suffixes(image_path: Path, mask: Path | None, proba: Path | Non
 
 
 def write_overlay(image: Image, labels: np.ndarray, path: str | os.PathLike) -> None:
-    """A PNG of the segmentation over the image (a picture; for a volume the three planes through the labelled
-    region's centre), each label in its palette colour with its outline drawn."""
+    """A PNG of the segmentation over the image (a picture; for a volume its axial, coronal and sagittal planes
+    through the segmented objects' centre, superior up), each label but the largest (the background) tinted in its
+    palette colour and outlined."""
     from PIL import Image as PILImage
     from scipy import ndimage
 
     palette = label_palette().astype(np.float32)
+    values, counts = np.unique(labels, return_counts=True)
+    background = int(values[np.argmax(counts)])
+    shown = np.where(labels == background, 0, labels)  # the background stays as it is: the objects stand out
 
     def panel(grey: np.ndarray, lab: np.ndarray, rgb: np.ndarray | None = None) -> np.ndarray:
         base = (np.repeat(grey[..., None], 3, axis=2) if rgb is None else rgb).astype(np.float32)
@@ -221,23 +225,30 @@ def write_overlay(image: Image, labels: np.ndarray, path: str | os.PathLike) -> 
         rgb = arr[..., :3].astype(np.float32) if arr.ndim == 3 else None
         if rgb is not None and rgb.max() > 255:
             rgb = to_grey(rgb)
-        picture = panel(to_grey(arr.astype(np.float32)) if arr.ndim == 2 else np.zeros(arr.shape[:2]), labels, rgb)
+        picture = panel(to_grey(arr.astype(np.float32)) if arr.ndim == 2 else np.zeros(arr.shape[:2]), shown, rgb)
     else:
         vol = to_grey(arr.astype(np.float32))
-        centre = (np.array(np.nonzero(labels > 0)).mean(axis=1).round().astype(int) if np.any(labels > 0)
-                  else np.array(labels.shape) // 2)
+        # the planes cross the largest segmented object: stray voxels elsewhere must not move them off it
+        parts, n_parts = ndimage.label(shown > 0)
+        if n_parts:
+            largest = 1 + int(np.argmax(np.bincount(parts.ravel())[1:]))
+            centre = np.array(np.nonzero(parts == largest)).mean(axis=1).round().astype(int)
+        else:
+            centre = np.array(shown.shape) // 2
         z, y, x = centre
-        # axial (y, x), coronal (z, x) and sagittal (z, y); z flipped so that superior is up
         sx, sy, sz = (float(v) for v in image.spacing)
+        side = max(256, *arr.shape)  # panels of at least 256 pixels: small volumes are enlarged
 
-        def stretched(view: np.ndarray, row_mm: float, col_mm: float) -> np.ndarray:
-            """The panel with square pixels in mm (thick slices would look squashed)."""
-            rows = max(1, round(view.shape[0] * row_mm / col_mm))
-            return np.asarray(PILImage.fromarray(view).resize((view.shape[1], rows), PILImage.NEAREST))
+        def scaled(view: np.ndarray, row_mm: float, col_mm: float) -> np.ndarray:
+            """The panel with square pixels in mm (thick slices would look squashed), enlarged to `side`."""
+            rows, cols = view.shape[0] * row_mm, view.shape[1] * col_mm
+            zoom = side / max(rows, cols)
+            size = (max(1, round(cols * zoom)), max(1, round(rows * zoom)))
+            return np.asarray(PILImage.fromarray(view).resize(size, PILImage.NEAREST))
 
-        views = [stretched(panel(vol[z], labels[z]), sy, sx),
-                 stretched(panel(vol[::-1, y, :], labels[::-1, y, :]), sz, sx),
-                 stretched(panel(vol[::-1, :, x], labels[::-1, :, x]), sz, sy)]
+        views = [scaled(panel(vol[z], shown[z]), sy, sx),
+                 scaled(panel(vol[::-1, y, :], shown[::-1, y, :]), sz, sx),
+                 scaled(panel(vol[::-1, :, x], shown[::-1, :, x]), sz, sy)]
         height = max(v.shape[0] for v in views)
         views = [np.pad(v, ((0, height - v.shape[0]), (0, 4), (0, 0))) for v in views]
         picture = np.concatenate(views, axis=1)
