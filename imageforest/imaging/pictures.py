@@ -155,10 +155,19 @@ def jpeg_damage(path: str | os.PathLike) -> str | None:
 
 def captured_stdout(call, fds: tuple[int, ...] = (1,)) -> tuple[Any, str]:
     """Run `call()` with the process's file descriptors `fds` (1: standard output, 2: standard error, where C and
-    C++ libraries print) captured; returns its result and what it printed."""
+    C++ libraries print) captured; returns its result and what it printed. The capture is process-wide for the
+    length of the call; where a descriptor cannot be duplicated (a daemon with its output closed), `call` runs
+    uncaptured."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = [os.dup(fd) for fd in fds]
+    saved: list[int] = []
+    try:
+        for fd in fds:
+            saved.append(os.dup(fd))
+    except OSError:
+        for copy in saved:
+            os.close(copy)
+        return call(), ""
     with tempfile.TemporaryFile() as sink:
         for fd in fds:
             os.dup2(sink.fileno(), fd)
