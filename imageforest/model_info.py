@@ -46,7 +46,7 @@ def _readers() -> dict[str, Any]:
 
 def _naming_record(meta: dict, readers: dict) -> dict:
     """The record that names a file's model: the file's own metadata, or, in a file of several named forests, the
-    one forest whose estimator has a reader (a localizer's first stage; its other stages are read with it)."""
+    one forest whose estimator has a reader (a cascade's first stage; its other stages are read with it)."""
     records = meta.get(FORESTS_KEY)
     if not isinstance(records, dict) or not records:
         return meta

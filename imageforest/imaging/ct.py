@@ -120,7 +120,7 @@ def read_scan(path: str | Path) -> Image:
 
 def scan_warnings(image: Image) -> list[str]:
     """Why the answers for this scan may mean little, though it could be read: signs that it is not a CT in
-    Hounsfield units, or that it holds hardly any body. The localizer still answers; the JSON lists these."""
+    Hounsfield units, or that it holds hardly any body. A CT application still answers, and reports these."""
     out = []
     values = image.array
     if float(values.min()) > -200.0:

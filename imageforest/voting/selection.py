@@ -2,7 +2,7 @@
 
 numba's own np.median / np.partition compile for seconds on a command's first run with an empty cache; these
 plain loops compile in a fraction of that and are shared by every kernel that takes medians of votes
-(`imageforest.voting.votes`, the localizer's slice stage), so they compile once per process.
+(`imageforest.voting.votes`, a cascade's per-slice stage), so they compile once per process.
 """
 
 from __future__ import annotations

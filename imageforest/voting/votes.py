@@ -62,7 +62,7 @@ def ranked_order(variance: np.ndarray, voting: np.ndarray | None = None) -> np.n
         Per leaf, the variance of each output's displacement.
 
     Model files may store variances as float16: non-negative float16 values order as their 16-bit patterns, which
-    numpy's stable sort orders by radix (seven organs' leaves of the localizer's default model: 0.13 -> 0.016 s).
+    numpy's stable sort orders by radix (seven outputs' leaves of a 35,000-leaf forest: 0.13 -> 0.016 s).
     """
     if voting is not None:
         variance = np.where(voting[:, None], variance, variance.dtype.type(np.inf))
@@ -99,7 +99,7 @@ def ranked_medians(order: np.ndarray, mean: np.ndarray, votes: Votes, slot: np.n
                            np.ascontiguousarray(axis, dtype=np.int64), keeps, most, capacity)
 
 
-@njit(cache=True, nogil=True)  # the localizer votes several organs at once on threads
+@njit(cache=True, nogil=True)  # callers vote several outputs at once on threads
 def _ranked_medians(order, mean, start, vote_point, slot, pos, axis, keeps, most,
                     capacity):  # pragma: no cover - numba
     """Per output k, the votes of the reached leaves in `order[k]` until every selection s holds keeps[s] votes
