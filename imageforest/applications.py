@@ -90,13 +90,9 @@ class App:
     warmup: str | Callable[[], Any] | None = None
     models: Mapping[str, Path] = field(default_factory=dict)
 
-    def reader(self, estimator: str) -> Reader:
-        """The reader of files whose estimator is `estimator` (imported now)."""
-        return resolve(self.readers[estimator])
-
 
 class AppLoadError(RuntimeError):
-    """An installed application's entry point could not be loaded, or is no `App`."""
+    """A named application is not installed (`run_warmups`)."""
 
 
 @cache

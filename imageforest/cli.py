@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from imageforest.applications import AppLoadError, LazyCommand, app_commands, lazy_command
+from imageforest.applications import LazyCommand, app_commands, lazy_command
 
 # The suite's own commands (the applications add theirs through their entry points).
 OWN_COMMANDS = {
@@ -28,10 +28,7 @@ class _LazyGroup(click.Group):
     """A group whose commands are the installed applications', imported on first use."""
 
     def _known(self) -> dict[str, click.Command]:
-        try:
-            return {**app_commands(), **OWN_COMMANDS}
-        except AppLoadError as exc:
-            raise fail(str(exc)) from None
+        return {**app_commands(), **OWN_COMMANDS}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._known()})

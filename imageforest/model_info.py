@@ -18,7 +18,7 @@ from typing import Any
 import click
 import numpy as np
 
-from imageforest.applications import AppLoadError, model_readers, resolve, shipped_models
+from imageforest.applications import model_readers, resolve, shipped_models
 from imageforest.cli import fail
 from imageforest.estimators.files import FORESTS_KEY
 from imageforest.exceptions import ImageForestError, ModelFormatError
@@ -149,7 +149,7 @@ def model_info(model_path: Path | None, as_json: bool) -> None:
         cards = [describe(path) for path in paths]
     except FileNotFoundError as exc:
         raise fail(f"{exc.filename or model_path}: no such model file") from None
-    except (ImageForestError, AppLoadError, OSError) as exc:
+    except (ImageForestError, OSError) as exc:
         raise fail(str(exc)) from None
     if as_json:
         click.echo(json.dumps(cards[0] if model_path is not None else cards, indent=2))

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from imageforest.apps.segment.image_files import read_scribbles, read_segmentation_image
 from imageforest.apps.segment.model import Segmentation, SegmentationForest
-from imageforest.apps.segment.recipe import PICTURE, VOLUME
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.io import Image
 
@@ -41,10 +40,7 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     from imageforest.apps.segment.session import SegmentationSession
 
     labels = read_scribbles(scribbles, picture)
-    kind = VOLUME if picture.ndim == 3 else PICTURE
-    forest = SegmentationForest(kind["n_trees"] if n_trees is None else n_trees,
-                                max_depth=kind["max_depth"] if max_depth is None else max_depth,
-                                min_samples_leaf=kind["min_samples_leaf"], class_weight=kind["class_weight"])
+    forest = SegmentationForest.for_kind(picture.ndim == 3, n_trees=n_trees, max_depth=max_depth)
     session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness)
     session.set_scribbles(labels)
     return session.update(), picture, session.model() if keep_model else None

@@ -39,44 +39,11 @@ def _suffix(path: Path) -> str:
 MAX_SEGMENT_PIXELS = 1 << 24
 
 
-def _check_size(path: Path) -> None:
-    """Refuse, from the file's header, an image over the pixel limit before anything is decoded."""
-    from imageforest.imaging.pictures import max_pixels, picture_header
-
-    limit = max_pixels(MAX_SEGMENT_PIXELS)
-    if _suffix(path) in PICTURE_SUFFIXES:
-        picture_header(path, "image", limit)
-        return
-    if not path.is_file():
-        return  # a DICOM folder (or nothing): `read_image` checks it
-    import SimpleITK as sitk
-
-    header = sitk.ImageFileReader()
-    header.SetFileName(str(path))
-    try:
-        header.ReadImageInformation()
-    except RuntimeError:
-        return  # `read_image` says why it cannot be read
-    count = float(np.prod(header.GetSize()))
-    if count > limit:
-        raise InvalidInputError(f"{path}: {' x '.join(map(str, header.GetSize()))} voxels, over the "
-                                f"{limit / 1e6:.1f} million this command segments (set IMAGEFOREST_MAX_PIXELS to "
-                                "raise it; memory grows with the voxels)")
-
-
 def read_segmentation_image(path: str | os.PathLike) -> Image:
     """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError)."""
-    from imageforest.imaging.pictures import max_pixels, regular_file
+    from imageforest.imaging.pictures import max_pixels
 
-    path = Path(path)
-    if not path.is_dir():
-        regular_file(path, "image")
-    _check_size(path)
-    image = read_image(path)
-    if image.array.size / (image.array.shape[-1] if image.array.ndim > image.ndim else 1) > max_pixels(
-            MAX_SEGMENT_PIXELS):
-        raise InvalidInputError(f"{path}: {image.array.shape} voxels, over the limit this command segments (set "
-                                "IMAGEFOREST_MAX_PIXELS to raise it)")
+    image = read_image(path, max_pixels(MAX_SEGMENT_PIXELS))
     if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
         raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
                                 "takes 2-D pictures and 3-D volumes")

@@ -104,6 +104,18 @@ class SegmentationForest(ClassificationForest):
         self.random_state = random_state
         self.n_jobs = n_jobs
 
+    @classmethod
+    def for_kind(cls, volume: bool, **overrides) -> SegmentationForest:
+        """The forest a segmentation of a picture or a volume starts from (`recipe.py`), any setting in
+        `overrides` replacing the recipe's (None leaves it)."""
+        from imageforest.apps.segment.recipe import PICTURE, VOLUME
+
+        kind = VOLUME if volume else PICTURE
+        settings = {name: kind[name] for name in ("max_depth", "min_samples_leaf", "class_weight")}
+        settings.update({k: v for k, v in overrides.items() if v is not None and k != "n_trees"})
+        n_trees = overrides.get("n_trees")
+        return cls(kind["n_trees"] if n_trees is None else n_trees, **settings)
+
     def fit_pixels(self, prepared: PreparedImage, index: np.ndarray, labels: np.ndarray,
                    sample_weight: np.ndarray | None = None) -> SegmentationForest:
         """Grow on the pixels `index` (flat, into `prepared.features`) with scribble numbers `labels`."""

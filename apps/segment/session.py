@@ -77,10 +77,7 @@ class SegmentationSession:
             geodesic_weight = VOLUME_GEODESIC_WEIGHT if volume else PICTURE_GEODESIC_WEIGHT
         if smoothness is None:
             smoothness = VOLUME_SMOOTHNESS if volume else PICTURE_SMOOTHNESS
-        kind = VOLUME if volume else PICTURE
-        self.settings = forest if forest is not None else SegmentationForest(
-            kind["n_trees"], max_depth=kind["max_depth"], min_samples_leaf=kind["min_samples_leaf"],
-            class_weight=kind["class_weight"])
+        self.settings = forest if forest is not None else SegmentationForest.for_kind(volume)
         self.geodesic_weight = float(geodesic_weight)
         self.gamma = float(gamma)
         self.smoothness = float(smoothness)

@@ -252,19 +252,25 @@ def _read_dicom_folder(path: Path) -> tuple[sitk.Image, list[str]]:
     return img, notes
 
 
-def _read_picture(path: Path) -> sitk.Image:
-    """A 2-D picture file through ITK, after the picture layer's header checks (one page, within the voxel limit);
+def _read_picture(path: Path, limit: int) -> sitk.Image:
+    """A 2-D picture file through ITK, after the picture layer's header checks (one page, at most `limit` pixels);
     libjpeg's diagnostics of damaged data, which ITK prints and then decodes past, are refused."""
-    from imageforest.imaging.pictures import JPEG_DAMAGE, captured_stdout, picture_header
+    from imageforest.imaging.pictures import picture_header, read_with_diagnostics
 
-    info = picture_header(path, "image", max_voxels())
+    info = picture_header(path, "image", limit)
     if info["pages"] > 1:
         raise _fail(path, f"holds {info['pages']} pages; give one picture per file (save the page you mean)")
-    img, text = captured_stdout(lambda: sitk.ReadImage(str(path)))
-    damage = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith(JPEG_DAMAGE)), None)
+    img, damage = read_with_diagnostics(path)
     if damage:
         raise _fail(path, f"damaged picture data ({damage})")
     return img
+
+
+def _check_points(path: Path, size: tuple[int, ...], limit: int | None) -> None:
+    """Refuse an image of more pixels or voxels (`size`, x first) than the caller's `limit`."""
+    if limit is not None and float(np.prod(size)) > limit:
+        raise _fail(path, f"{' x '.join(map(str, size))} pixels or voxels, over the {limit / 1e6:.1f} million this "
+                          "command reads (set IMAGEFOREST_MAX_PIXELS to raise it; memory grows with them)")
 
 
 def _dicom_files_outside(folder: Path, series: dict) -> list[Path]:
@@ -284,15 +290,18 @@ def _dicom_files_outside(folder: Path, series: dict) -> list[Path]:
     return outside
 
 
-def read_image(path: str | os.PathLike) -> Image:
+def read_image(path: str | os.PathLike, max_points: int | None = None) -> Image:
     """Read a NIfTI, NRRD, MHA file, a DICOM series folder, or a PNG/JPEG/TIFF/BMP image.
 
-    Volumes come back reoriented to LPS. 16-bit PNGs keep their integer values (depth maps in mm).
+    Volumes come back reoriented to LPS. 16-bit PNGs keep their integer values (depth maps in mm). `max_points`:
+    the most pixels or voxels (colour channels not counted) the caller reads, checked from the header before any
+    is decoded (``IMAGEFOREST_MAX_PIXELS`` is the environment variable a command's limit comes from); every read
+    stays within ``IMAGEFOREST_MAX_VOXELS`` values.
 
     Raises
     ------
     ImageReadError
-        The file is missing, unreadable, 4-D, empty, has zero/NaN spacing or NaN voxels.
+        The file is missing, unreadable, 4-D, empty, too large, has zero/NaN spacing or NaN voxels.
     """
     path = Path(path)
     try:
@@ -306,29 +315,25 @@ def read_image(path: str | os.PathLike) -> Image:
     try:
         if path.is_dir():
             img, notes = _read_dicom_folder(path)
+            _check_points(path, img.GetSize(), max_points)
         else:
             problem = _nifti_truncation(path) or _text_header_problem(path)
             if problem:
                 raise _fail(path, problem)
-            from imageforest.imaging.pictures import captured_stdout
+            from imageforest.imaging.pictures import read_with_diagnostics
 
             header = sitk.ImageFileReader()
             header.SetFileName(str(path))
-            # the size, before any voxel is allocated; ITK's own warnings (several lines on the terminal before
-            # ours) are logged instead
-            _, said = captured_stdout(header.ReadImageInformation, (1, 2))
-            if said.strip():
-                log.info("%s: ITK said: %s", path, " ".join(said.split())[:300])
+            read_with_diagnostics(path, header.ReadImageInformation)  # the size, before any voxel is allocated
             count = float(np.prod(header.GetSize())) * header.GetNumberOfComponents()
             if count > max_voxels():
                 raise _fail(path, f"declares {' x '.join(map(str, header.GetSize()))} voxels, over the "
                                   f"{max_voxels() / 1e6:.0f} million read at most (IMAGEFOREST_MAX_VOXELS)")
+            _check_points(path, header.GetSize(), max_points)
             if path.suffix.lower() in PLANAR_SUFFIXES:
-                img = _read_picture(path)
+                img = _read_picture(path, max_points or max_voxels())
             else:
-                img, said = captured_stdout(lambda: sitk.ReadImage(str(path)), (1, 2))
-                if said.strip():
-                    log.info("%s: ITK said: %s", path, " ".join(said.split())[:300])
+                img, _ = read_with_diagnostics(path)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         detail = next((ln for ln in first if "ERROR" in ln or "Unable" in ln or "error" in ln), first[0] if first

@@ -141,16 +141,29 @@ def load_picture(path: str | os.PathLike, what: str = "image", limit: int | None
 def jpeg_damage(path: str | os.PathLike) -> str | None:
     """libjpeg's diagnostic for a JPEG whose data it decodes with gaps (filled with grey), or None when clean.
 
-    Pillow decodes such a file without a word; SimpleITK's reader prints libjpeg's warning on the standard output,
-    which is captured here (file descriptor 1, for the length of one decode).
+    Pillow decodes such a file without a word; SimpleITK's reader prints libjpeg's warning, which
+    `read_with_diagnostics` captures.
     """
-    import SimpleITK as sitk
-
     try:
-        _, text = captured_stdout(lambda: sitk.ReadImage(str(path)))
+        _, damage = read_with_diagnostics(path)
     except RuntimeError as exc:
         return _first_line(exc)
-    return next((line.strip() for line in text.splitlines() if line.strip().startswith(JPEG_DAMAGE)), None)
+    return damage
+
+
+def read_with_diagnostics(path: str | os.PathLike, call=None) -> tuple[Any, str | None]:
+    """Run an ITK read (`call`, default ``sitk.ReadImage(path)``) with what ITK and its libraries print captured:
+    returns the result and libjpeg's diagnostic of damaged data it decoded past (None when there is none). Other
+    warnings, which ITK would print on the terminal before the command's own line, are logged."""
+    import logging
+
+    import SimpleITK as sitk
+
+    result, text = captured_stdout(call or (lambda: sitk.ReadImage(str(path))), (1, 2))
+    damage = next((line.strip() for line in text.splitlines() if line.strip().startswith(JPEG_DAMAGE)), None)
+    if text.strip() and damage is None:
+        logging.getLogger("imageforest.imaging.io").info("%s: ITK said: %s", path, " ".join(text.split())[:300])
+    return result, damage
 
 
 def captured_stdout(call, fds: tuple[int, ...] = (1,)) -> tuple[Any, str]:
