@@ -91,6 +91,7 @@ class GrowthSettings:
     threshold_sampling: str = "range"  # "range": uniform in the node's [min, max]; "data": responses of K points
     loss: str | None = None  # a global loss (alternating decision forests): weights from the forest's margins
     progress: Any = None  # callable(str) told after every level how far growth has come
+    samples: Any = None  # (order, weights or None, bounds) as `_initial_samples` gives: each tree's points, given
 
 
 @dataclass
@@ -384,15 +385,14 @@ def _start_growth(family: FeatureFamily, data: Any, n_points: int, objective: Ob
     choose = None
     if isinstance(objective, NodeObjectives):
         objectives, choose = list(objective.objectives), objective.choose
-        if not objectives:
-            raise ValueError("NodeObjectives needs at least one objective")
-        if settings.structure == "fern":
-            raise ValueError("a fern shares one test per level: it cannot choose an objective per node")
+        if not objectives or settings.structure == "fern":
+            raise ValueError("NodeObjectives needs at least one objective, and trees (a fern shares one test per "
+                             "level: it cannot choose an objective per node)")
         objective = objectives[0]
     else:
         objectives = [objective]
     K = settings.n_thresholds
-    order, wts, bounds = _initial_samples(n_points, sample_weight, settings, rng)
+    order, wts, bounds = settings.samples or _initial_samples(n_points, sample_weight, settings, rng)
     given = data
     g = _Growth(family=family, data=family.training_data(data), objective=objective, objectives=objectives,
                 choose=choose, settings=settings, rng=rng, sample_weight=sample_weight, order=order, wts=wts,
