@@ -19,6 +19,7 @@ is one minus the others'. Outside an image's region the maps are 0, at training 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import ClassVar
 
 import numpy as np
@@ -98,7 +99,7 @@ def _concatenate(stages: list[ForestArrays], depth_offsets: list[int]) -> Forest
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("params", "thr_lo", "thr_hi", "child", "depth", "gain",
                                                           "weight", "tree_root", "leaf_node", "leaf_tree")}
     nodes = leaves = trees = 0
-    for forest, depth0 in zip(stages, depth_offsets):
+    for forest, depth0 in zip(stages, depth_offsets, strict=True):
         child = forest.child.astype(np.int64)
         parts["child"].append(np.where(child >= 0, child + nodes, child - leaves).astype(np.int32))
         for key in ("params", "thr_lo", "thr_hi", "gain", "weight"):
@@ -202,7 +203,7 @@ class EntangledForest(ClassificationForest):
         if self.max_depth is None:
             raise InvalidInputError("EntangledForest needs max_depth (the stages' depths add up to it)")
         bounds = [0, *(int(d) for d in depths), int(self.max_depth)]
-        if any(b <= a for a, b in zip(bounds, bounds[1:])):
+        if any(b <= a for a, b in pairwise(bounds)):
             raise InvalidInputError(f"entangled_depths must increase strictly within (0, max_depth={self.max_depth}), "
                                     f"got {tuple(depths)}")
         return bounds
@@ -293,7 +294,8 @@ class EntangledForest(ClassificationForest):
         self.__dict__.pop("_online", None)
         stages, posteriors = [], []
         with numba_threads(self.n_jobs):
-            for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            grown = None
+            for k, (lo, hi) in enumerate(pairwise(bounds)):
                 settings.max_depth = hi - lo
                 if k:
                     settings.samples = _leaf_samples(grown)

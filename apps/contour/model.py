@@ -1,0 +1,284 @@
+"""The organ contourer: an entangled forest over the region the localizer's boxes mark.
+
+A scan is contoured inside the union of its organs' boxes (from `imageforest localize`) widened by `margin_mm`:
+there the forest's posteriors are computed, stage by stage, over a crop that reaches `crop_mm` further so that the
+boxes near the region's edge still read CT. Each organ's voxels are then kept inside its own widened box, and an
+organ the localizer calls absent gets none. Training samples the same regions around the true boxes, moved by
+N(0, `jitter_mm`) per wall (the localizer's error), so that the forest sees the region as it will be given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from scipy import ndimage
+
+from imageforest.estimators.params import Anything, Boolean, Integer, Real, Rule
+from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.ct_organs import box_to_index
+from imageforest.imaging.entangled import EntangledForest
+from imageforest.imaging.io import Image
+
+
+@dataclass
+class Contours:
+    """One scan's contours on the working grid of the scan.
+
+    Attributes
+    ----------
+    labels : Image, uint8 (z, y, x); label k + 1 = organ k of the model, 0 background
+    posterior : (n_organs, z, y, x) float32 organ posteriors inside the region (0 elsewhere), or None
+    region : (6,) int inclusive (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi) voxel bounds of the contoured region, or None
+        when no organ was present
+    present : (n_organs,) bool, the localizer's presence
+    """
+
+    labels: Image
+    posterior: np.ndarray | None
+    region: np.ndarray | None
+    present: np.ndarray
+
+
+def widen(box: np.ndarray, mm: float) -> np.ndarray:
+    """A (6,) box [x_lo, x_hi, y_lo, y_hi, z_lo, z_hi] grown by `mm` on every side."""
+    return box + np.array([-mm, mm, -mm, mm, -mm, mm])
+
+
+def region_bounds(image: Image, boxes: np.ndarray, margin_mm: float) -> np.ndarray | None:
+    """Inclusive voxel bounds (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi) of the union of the present boxes (n, 6) mm
+    widened by `margin_mm`, clipped to the image; None when no box is given."""
+    rows = boxes[~np.isnan(boxes).any(axis=1)]
+    if rows.size == 0:
+        return None
+    union = np.array([rows[:, 0].min(), rows[:, 1].max(), rows[:, 2].min(), rows[:, 3].max(), rows[:, 4].min(),
+                      rows[:, 5].max()])
+    lo, hi = box_to_index(image, widen(union, margin_mm))
+    return np.array([lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]])
+
+
+def crop_bounds(image: Image, region: np.ndarray, crop_mm: float) -> np.ndarray:
+    """`region` (inclusive voxel bounds) grown by `crop_mm` on every side, clipped to the image."""
+    grow = np.ceil(crop_mm / np.asarray(image.spacing)).astype(int)  # (x, y, z) voxels
+    size = np.array(image.size)
+    out = region.copy()
+    for a in range(3):
+        out[2 * a] = max(0, region[2 * a] - grow[a])
+        out[2 * a + 1] = min(size[a] - 1, region[2 * a + 1] + grow[a])
+    return out
+
+
+def cut(image: Image, bounds: np.ndarray) -> Image:
+    """The sub-image of inclusive (x, y, z) voxel bounds, with its own origin."""
+    x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
+    arr = np.ascontiguousarray(image.array[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1])
+    origin = image.index_to_physical(np.array([[x0, y0, z0]], dtype=np.float64))[0]
+    return Image(arr, image.spacing.copy(), origin, image.direction.copy(), source=image.source)
+
+
+def organ_masks(image: Image, bounds: np.ndarray, boxes: np.ndarray, margin_mm: float) -> np.ndarray:
+    """(n_organs, z, y, x) bool: the voxels of the cut `bounds` inside each organ's box widened by `margin_mm`
+    (none for an absent organ)."""
+    x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
+    out = np.zeros((boxes.shape[0], z1 - z0 + 1, y1 - y0 + 1, x1 - x0 + 1), dtype=bool)
+    for k, box in enumerate(boxes):
+        if np.isnan(box).any():
+            continue
+        lo, hi = box_to_index(image, widen(box, margin_mm))
+        lo = np.maximum(lo, [x0, y0, z0])
+        hi = np.minimum(hi, [x1, y1, z1])
+        if np.all(hi >= lo):
+            out[k, lo[2] - z0:hi[2] - z0 + 1, lo[1] - y0:hi[1] - y0 + 1, lo[0] - x0:hi[0] - x0 + 1] = True
+    return out
+
+
+class OrganContourer(EntangledForest):
+    """Organ contours in CT scans by an entangled forest inside the localizer's boxes.
+
+    The defaults are the shipped model's settings (`recipe.py`).
+
+    Parameters
+    ----------
+    organs : list of str
+        Organ names; label k + 1 of the training label maps is organ k.
+    margin_mm : float
+        Each organ's box (and the union the forest runs over) widened by this much.
+    crop_mm : float
+        CT beyond the region that the region's features may read.
+    jitter_mm : float
+        Training regions sit around the true boxes moved by N(0, jitter_mm) per wall.
+    organ_points, background_points : int
+        Training voxels per organ and of background, per scan.
+    background_scale : float
+        The background posterior is multiplied by this before the arg-max (the leaves' histograms are
+        class-balanced, so they over-state small organs; > 1 trims them back).
+    largest_component : bool
+        Keep each organ's largest connected component only.
+    other parameters
+        As for `EntangledForest`.
+    """
+
+    task = "organ-contouring"
+    parameter_constraints: ClassVar[dict[str, Rule]] = {
+        **EntangledForest.parameter_constraints, "organs": Anything(), "margin_mm": Real(0.0, 500.0),
+        "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
+        "background_points": Integer(1, 10_000_000), "background_scale": Real(0.0, 1000.0, low_open=True),
+        "largest_component": Boolean()}
+
+    def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
+                 organ_points: int = 1500, background_points: int = 6000, background_scale: float = 1.0,
+                 largest_component: bool = True, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
+                 n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
+                 class_weight="balanced", bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
+                 min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
+                 context_share: float = 0.5, mean_share: float = 0.5, random_state=None,
+                 n_jobs: int | None = None) -> None:
+        super().__init__(n_trees, max_depth=max_depth, entangled_depths=entangled_depths,
+                         n_candidates=n_candidates, n_thresholds=n_thresholds, criterion=criterion,
+                         class_weight=class_weight, bootstrap=bootstrap, max_samples=max_samples,
+                         min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, min_gain=min_gain,
+                         max_offset_mm=max_offset_mm, box_size_mm=box_size_mm, context_share=context_share,
+                         mean_share=mean_share, random_state=random_state, n_jobs=n_jobs)
+        self.organs = organs
+        self.margin_mm = margin_mm
+        self.crop_mm = crop_mm
+        self.jitter_mm = jitter_mm
+        self.organ_points = organ_points
+        self.background_points = background_points
+        self.background_scale = background_scale
+        self.largest_component = largest_component
+
+    @classmethod
+    def from_hyper_parameters(cls, hyper: dict, meta: dict):
+        hyper = dict(hyper)
+        hyper["organs"] = tuple(hyper.get("organs", ()))
+        return super().from_hyper_parameters(hyper, meta)
+
+    def extra_metadata(self) -> dict:
+        return {**super().extra_metadata(), "model_card": getattr(self, "model_card_", {}),
+                "training_summary": getattr(self, "training_summary_", {})}
+
+    def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        super().restore_leaves(meta, arrays)
+        if not isinstance(self.organs, (list, tuple)) or not all(isinstance(o, str) for o in self.organs):
+            raise InvalidInputError("organs must be a list of names")
+        if [int(c) for c in self.classes_] != list(range(len(self.organs) + 1)):
+            raise InvalidInputError(f"the classes must be 0 (background) and 1..{len(self.organs)}, one per organ")
+        self.model_card_ = meta.get("model_card", {})
+        self.training_summary_ = meta.get("training_summary", {})
+
+    # -- training -----------------------------------------------------------------------------------------
+    def training_region(self, scan: Image, labels: np.ndarray, boxes: np.ndarray, rng: np.random.Generator
+                        ) -> tuple[Image, np.ndarray, np.ndarray, np.ndarray] | None:
+        """One training scan's crop, region mask, points (m, 3) z, y, x in the crop and their labels (m,):
+        the region around the true `boxes` (n_organs, 6) mm moved by the jitter; None if no organ is present."""
+        boxes = boxes + rng.normal(0.0, self.jitter_mm, boxes.shape) if self.jitter_mm > 0 else boxes
+        region = region_bounds(scan, boxes, self.margin_mm)
+        if region is None:
+            return None
+        bounds = crop_bounds(scan, region, self.crop_mm)
+        crop = cut(scan, bounds)
+        mask = self._region_mask(bounds, region)
+        lab = labels[bounds[4]:bounds[5] + 1, bounds[2]:bounds[3] + 1, bounds[0]:bounds[1] + 1]
+        picks, values = [], []
+        for value, quota in [(k + 1, self.organ_points) for k in range(len(self.organs))] + \
+                [(0, self.background_points)]:
+            where = np.flatnonzero((lab == value).ravel() & mask.ravel())
+            if where.size == 0:
+                continue
+            take = where if where.size <= quota else np.sort(rng.choice(where, quota, replace=False))
+            picks.append(take)
+            values.append(np.full(take.size, value, dtype=np.int64))
+        zyx = np.c_[np.unravel_index(np.concatenate(picks), lab.shape)].astype(np.int32)
+        return crop, mask, zyx, np.concatenate(values)
+
+    @staticmethod
+    def _region_mask(bounds: np.ndarray, region: np.ndarray) -> np.ndarray:
+        x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
+        mask = np.zeros((z1 - z0 + 1, y1 - y0 + 1, x1 - x0 + 1), dtype=bool)
+        mask[region[4] - z0:region[5] - z0 + 1, region[2] - y0:region[3] - y0 + 1,
+             region[0] - x0:region[1] - x0 + 1] = True
+        return mask
+
+    def fit_scans(self, scans: list[Image], label_maps: list[np.ndarray], boxes: list[np.ndarray]
+                  ) -> OrganContourer:
+        """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm."""
+        if not self.organs:
+            raise InvalidInputError("give the organ names (organs=...) before training")
+        rng = np.random.default_rng(self.random_state)
+        crops, masks, points, labels = [], [], [], []
+        for scan, lab, box in zip(scans, label_maps, boxes, strict=True):
+            got = self.training_region(scan, np.asarray(lab), np.asarray(box, dtype=np.float64), rng)
+            if got is None:
+                continue
+            crop, mask, zyx, values = got
+            points.append(np.c_[np.full(zyx.shape[0], len(crops)), zyx])
+            labels.append(values)
+            crops.append(crop)
+            masks.append(mask)
+        if not crops:
+            raise InvalidInputError("no training scan shows any of the organs")
+        labels = np.concatenate(labels)
+        missing = set(range(len(self.organs) + 1)) - set(np.unique(labels).tolist())
+        if missing:
+            raise InvalidInputError(f"no training voxel of {', '.join(self._name(c) for c in sorted(missing))}")
+        self.fit(crops, np.concatenate(points), labels, regions=masks)
+        spacing = np.median([np.asarray(s.spacing, dtype=np.float64) for s in scans], axis=0)
+        self.training_summary_ = {**getattr(self, "training_summary_", {}), "scans": len(crops),
+                                  "voxels": int(labels.size), "spacing_mm": [round(float(v), 3) for v in spacing]}
+        return self
+
+    def _name(self, label: int) -> str:
+        return "background" if label == 0 else self.organs[label - 1]
+
+    # -- contouring ---------------------------------------------------------------------------------------
+    def contour(self, scan: Image, boxes: np.ndarray) -> Contours:
+        """Contours of `scan` given its organs' boxes (n_organs, 6) mm in the model's organ order (NaN rows:
+        absent organs, which get no voxels)."""
+        self.check_fitted()
+        boxes = np.asarray(boxes, dtype=np.float64)
+        if boxes.shape != (len(self.organs), 6):
+            raise InvalidInputError(f"give one box per organ of the model ({len(self.organs)} x 6), got {boxes.shape}")
+        present = ~np.isnan(boxes).any(axis=1)
+        shape = scan.array.shape
+        labels = np.zeros(shape, dtype=np.uint8)
+        region = region_bounds(scan, boxes, self.margin_mm)
+        out = Image(labels, scan.spacing.copy(), scan.origin.copy(), scan.direction.copy(), source=scan.source)
+        if region is None:
+            return Contours(out, None, None, present)
+        bounds = crop_bounds(scan, region, self.crop_mm)
+        crop = cut(scan, bounds)
+        mask = self._region_mask(bounds, region)
+        post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
+        allowed = organ_masks(scan, bounds, boxes, self.margin_mm)
+        post[1:] *= allowed
+        post[0] *= self.background_scale
+        crop_labels = np.argmax(post, axis=0).astype(np.uint8)
+        crop_labels[~mask] = 0
+        if self.largest_component:
+            crop_labels = keep_largest(crop_labels, len(self.organs))
+        x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
+        labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
+        full = np.zeros((len(self.organs), *shape), dtype=np.float32)
+        total = np.maximum(post.sum(axis=0), 1e-12)
+        full[:, z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = post[1:] / total
+        return Contours(out, full, region, present)
+
+
+def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:
+    """Each organ's largest 26-connected component; its other voxels become background."""
+    out = labels.copy()
+    structure = np.ones((3, 3, 3), dtype=bool)
+    for k in range(1, n_organs + 1):
+        comp, n = ndimage.label(labels == k, structure)
+        if n > 1:
+            sizes = np.bincount(comp.ravel())
+            sizes[0] = 0
+            out[(comp > 0) & (comp != np.argmax(sizes))] = 0
+    return out
+
+
+def contourer_from_record(meta: dict, arrays: dict[str, np.ndarray], source: str = "model") -> OrganContourer:
+    """The contourer a model file's (metadata, arrays) hold (`imageforest model-info` reads files through it)."""
+    return OrganContourer.from_record(meta, arrays, source)

@@ -1,0 +1,111 @@
+"""Overlay PNG for review: for every contoured organ, axial, coronal and sagittal planes through its centre with
+its contour drawn thick and the other organs' thin (the scan's central planes when no organ was found).
+
+Drawn in radiological display on the scan's voxels reoriented to LPS (patient left on the image's right in axial
+and coronal views, head at the top), with the voxels' true aspect, orientation letters, a 50 mm scale bar and a
+soft-tissue window (the localizer's overlay's conventions).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from imageforest.apps.contour.model import Contours
+from imageforest.apps.localize.overlay import COLOURS, EDGES, PANEL_INCHES, SCALE_MM, VIEWS, WINDOW_HU
+from imageforest.forest.serialization import atomic_write
+from imageforest.imaging.io import Image
+
+DPI = 80
+
+
+def _lps(image: Image) -> tuple[np.ndarray, np.ndarray]:
+    """(array (z, y, x), spacing (x, y, z)) of the image's voxels permuted and flipped to LPS axes."""
+    if np.allclose(image.direction, np.eye(3), atol=1e-3):
+        return image.array, np.asarray(image.spacing)
+    oriented = sitk.DICOMOrient(image.to_sitk(), "LPS")
+    return sitk.GetArrayFromImage(oriented), np.asarray(oriented.GetSpacing())
+
+
+def _plane(vol: np.ndarray, view: str, centre) -> np.ndarray:
+    if view == "axial":
+        return vol[centre[2]]  # rows y (anterior at the top), columns x
+    if view == "coronal":
+        return vol[:, centre[1], :]  # rows z, columns x
+    return vol[:, :, centre[0]]  # rows z, columns y
+
+
+def _panel(ax, img: np.ndarray, view: str, spacing: np.ndarray, title: str) -> None:
+    """A slice in a soft-tissue window with its true aspect, orientation letters and a scale bar."""
+    across, up = {"axial": (0, 1), "coronal": (0, 2), "sagittal": (1, 2)}[view]
+    origin = "upper" if view == "axial" else "lower"
+    ax.imshow(img, cmap="gray", vmin=WINDOW_HU[0], vmax=WINDOW_HU[1], origin=origin, interpolation="nearest",
+              aspect=float(spacing[up] / spacing[across]))
+    ax.set_title(title, color="white", fontsize=11)
+    left, right, top, bottom = EDGES[view]
+    rows, cols = img.shape
+
+    def row_at(share: float) -> float:
+        return share * rows if origin == "lower" else (1.0 - share) * rows
+
+    style = {"color": "yellow", "fontsize": 12, "fontweight": "bold"}
+    ax.text(0.02 * cols, row_at(0.5), left, ha="left", va="center", **style)
+    ax.text(0.98 * cols, row_at(0.5), right, ha="right", va="center", **style)
+    ax.text(0.5 * cols, row_at(0.98), top, ha="center", va="top", **style)
+    ax.text(0.5 * cols, row_at(0.02), bottom, ha="center", va="bottom", **style)
+    bar = SCALE_MM / float(spacing[across])
+    x1 = 0.96 * cols
+    ax.plot([x1 - bar, x1], [row_at(0.05), row_at(0.05)], color="yellow", linewidth=3)
+    ax.text(x1 - bar / 2, row_at(0.07), f"{SCALE_MM:g} mm", color="yellow", ha="center", va="bottom", fontsize=10)
+
+
+def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image, title: str = "",
+                  organs: list[str] | None = None, truth: np.ndarray | None = None) -> None:
+    """Draw the contoured organs (or only `organs`) over `scan`; `truth` (z, y, x) labels add dashed white
+    reference contours."""
+    from matplotlib.figure import Figure
+
+    vol, spacing = _lps(scan)
+    labels, _ = _lps(contours.labels)
+    ref = None if truth is None else _lps(Image(truth, scan.spacing, scan.origin, scan.direction))[0]
+    wanted = set(organs) if organs else None
+    rows = [(k, name) for k, name in enumerate(organ_names)
+            if (labels == k + 1).any() and (wanted is None or name in wanted)]
+    fig = Figure(figsize=(3 * PANEL_INCHES, PANEL_INCHES * max(1, len(rows))))
+    axes = fig.subplots(max(1, len(rows)), 3, squeeze=False)
+    fig.patch.set_facecolor("black")
+    for ax in axes.ravel():
+        ax.set_axis_off()
+    if not rows:
+        centre = np.array(vol.shape[::-1]) // 2
+        for c, view in enumerate(VIEWS):
+            _panel(axes[0, c], _plane(vol, view, centre), view, spacing, f"no organ contoured - central {view}")
+    for r, (k, name) in enumerate(rows):
+        zz, yy, xx = np.nonzero(labels == k + 1)
+        centre = np.array([int(np.median(xx)), int(np.median(yy)), int(np.median(zz))])
+        volume = zz.size * float(np.prod(spacing)) / 1000.0
+        for c, view in enumerate(VIEWS):
+            ax = axes[r, c]
+            _panel(ax, _plane(vol, view, centre), view, spacing, f"{name} {view}" + (f" ({volume:.1f} mL)"
+                                                                                     if c == 0 else ""))
+            plane = _plane(labels, view, centre)
+            for j in np.unique(plane[plane > 0]):
+                ax.contour((plane == j).astype(np.float32), levels=[0.5], colors=[COLOURS[(j - 1) % len(COLOURS)]],
+                           linewidths=2.5 if j == k + 1 else 1.0)
+            if ref is not None:
+                truth_plane = _plane(ref, view, centre) == k + 1
+                if truth_plane.any():
+                    ax.contour(truth_plane.astype(np.float32), levels=[0.5], colors=["white"], linewidths=1.2,
+                               linestyles="dashed")
+    height = PANEL_INCHES * max(1, len(rows))
+    if title:
+        fig.suptitle(title + ("   solid: contoured, dashed: reference" if truth is not None else ""), color="white",
+                     fontsize=13, y=1.0 - 0.1 / height)
+    fig.subplots_adjust(left=0.004, right=0.996, bottom=0.05 / height, top=1.0 - (0.7 if title else 0.3) / height,
+                        wspace=0.02, hspace=0.35 / (PANEL_INCHES - 0.35))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor=fig.get_facecolor(), pil_kwargs={"compress_level": 1})
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))

@@ -1,0 +1,144 @@
+"""Cross-validated organ contouring on openkbp-hn: the entangled forest beside its peers, in the same run.
+
+    python benchmarks/contour/cross_validate.py ../shared/data/openkbp-hn [--folds 5] [--train-cases 40]
+        [--test-cases 10] [--methods entangled,plain,atlas] [--boxes localizer|truth] [--json OUT]
+
+Methods (each fold trains on the other folds' scans, at most `--train-cases` of them, and scores its first
+`--test-cases` scans):
+- entangled: the contour application's forest (`OrganContourer`, the recipe's settings);
+- plain: the same forest without entanglement (same trees, depth, points, candidates; no posterior features);
+- atlas: multi-atlas segmentation with SimpleITK, 5 training atlases registered (affine, then a B-spline) to the
+  scan, majority vote of the warped label maps (`atlas.py`).
+
+Both forests contour inside the boxes given by `--boxes`: the shipped localizer's (which was trained on all 203
+scans, so its boxes are better than on unseen scans: the README states both) or the true boxes. Scores: Dice and
+HD95 per organ, SpinalCord and Esophagus also inside the reference's axial extent; time per scan; training time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.contour.scores import organ_scores
+from imageforest.apps.contour.model import OrganContourer
+from imageforest.apps.contour.recipe import RECIPE
+from imageforest.imaging.ct import read_scan
+from imageforest.imaging.ct_organs import openkbp_cases
+from imageforest.imaging.io import read_image
+
+AXIAL_ONLY = ("SpinalCord", "Esophagus")
+
+
+def localizer_boxes(cases, scans, cache: Path) -> dict[str, list]:
+    """The shipped localizer's boxes per case (NaN rows: absent), cached in `cache`."""
+    known = json.loads(cache.read_text()) if cache.is_file() else {}
+    todo = [i for i, c in enumerate(cases) if c.name not in known]
+    if todo:
+        from imageforest.apps.localize.api import load_localizer
+
+        model = load_localizer()
+        for i in todo:
+            known[cases[i].name] = np.nan_to_num(model.localize(scans[i]).boxes(), nan=-1e9).tolist()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(known))
+    return {k: np.where(np.asarray(v) < -1e8, np.nan, np.asarray(v)).tolist() for k, v in known.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--run-folds", default=None, help="comma-separated folds to run (default: all)")
+    ap.add_argument("--train-cases", type=int, default=40)
+    ap.add_argument("--test-cases", type=int, default=10)
+    ap.add_argument("--methods", default="entangled,plain")
+    ap.add_argument("--boxes", choices=("localizer", "truth"), default="localizer")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a recipe setting of both forests (JSON value), e.g. --set n_trees=4")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    cases, organs = openkbp_cases(args.data)
+    rng = np.random.default_rng(args.seed)
+    fold_of = rng.permutation(len(cases)) % args.folds
+    methods = args.methods.split(",")
+    overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    print(f"{len(cases)} cases, {args.folds} folds, methods {methods}, boxes {args.boxes}, overrides {overrides}")
+    t0 = time.perf_counter()
+    scans = [read_scan(c.scan) for c in cases]
+    labels = [np.asarray(read_image(c.labels).array) for c in cases]
+    print(f"read in {time.perf_counter() - t0:.0f} s")
+    boxes = {c.name: c.boxes for c in cases}
+    given = (localizer_boxes(cases, scans, Path("bench_out/contour_localizer_boxes.json"))
+             if args.boxes == "localizer" else {c.name: c.boxes.tolist() for c in cases})
+    axial = tuple(organs.index(o) for o in AXIAL_ONLY if o in organs)
+    results: dict = {"organs": organs, "methods": {}, "settings": {**RECIPE, **overrides}, "boxes": args.boxes,
+                     "folds": args.folds, "train_cases": args.train_cases, "test_cases": args.test_cases}
+    run_folds = range(args.folds) if args.run_folds is None else [int(f) for f in args.run_folds.split(",")]
+    for fold in run_folds:
+        train = [i for i in np.flatnonzero(fold_of != fold)][:args.train_cases]
+        test = [i for i in np.flatnonzero(fold_of == fold)][:args.test_cases]
+        for method in methods:
+            entry = results["methods"].setdefault(method, {"cases": {}, "train_s": [], "peak_mb": []})
+            tracemalloc.start()
+            t1 = time.perf_counter()
+            if method == "atlas":
+                from benchmarks.contour.atlas import MultiAtlasSegmentation
+
+                model = MultiAtlasSegmentation(n_atlases=5, seed=args.seed).fit(
+                    [scans[i] for i in train], [labels[i] for i in train])
+            else:
+                params = {**RECIPE, **overrides, "organs": tuple(organs), "random_state": args.seed + fold}
+                if method == "plain":
+                    params["entangled_depths"] = ()
+                model = OrganContourer(**params).fit_scans([scans[i] for i in train], [labels[i] for i in train],
+                                                           [boxes[cases[i].name] for i in train])
+            entry["train_s"].append(time.perf_counter() - t1)
+            for i in test:
+                t2 = time.perf_counter()
+                if method == "atlas":
+                    pred = model.predict(scans[i])
+                else:
+                    pred = model.contour(scans[i], np.asarray(given[cases[i].name], dtype=np.float64)).labels.array
+                elapsed = time.perf_counter() - t2
+                sc = organ_scores(pred, labels[i], len(organs), scans[i].spacing[::-1], axial)
+                entry["cases"][cases[i].name] = {**sc, "time_s": elapsed, "fold": fold}
+            entry["peak_mb"].append(tracemalloc.get_traced_memory()[1] / 1e6)
+            tracemalloc.stop()
+            summary(method, entry, organs)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1))
+    print("\nfinal")
+    for method in methods:
+        summary(method, results["methods"][method], organs)
+
+
+def summary(method: str, entry: dict, organs: list[str]) -> None:
+    cases = entry["cases"].values()
+    d = np.array([c["dice"] for c in cases])
+    da = np.array([c["dice_axial"] for c in cases])
+    h = np.array([c["hd95_axial"] for c in cases])
+    t = np.array([c["time_s"] for c in cases])
+    with np.errstate(all="ignore"):
+        per = np.nanmean(d, axis=0)
+        per_a = np.nanmean(da, axis=0)
+        hd = np.nanmedian(h, axis=0)
+    cells = " ".join(f"{o[:8]} {a:.3f}/{b:.3f}/{c:.1f}" for o, a, b, c in zip(organs, per, per_a, hd, strict=True))
+    print(f"{method:9s} n={len(d)} mean Dice {np.nanmean(per):.3f} (axial {np.nanmean(per_a):.3f}) | {cells} | "
+          f"{np.mean(t):.2f} s/scan, train {np.mean(entry['train_s']):.0f} s, peak {max(entry['peak_mb']):.0f} MB",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
