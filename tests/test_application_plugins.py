@@ -111,6 +111,7 @@ def test_help_imports_no_application_module():
     ("imageforest.apps.detect.recipe:RECIPE", "imageforest.apps.detect.model:HoughForestDetector"),
     ("imageforest.apps.bodyparts.recipe:RECIPE", "imageforest.apps.bodyparts.model:BodyPartsForest"),
     ("imageforest.apps.segment.recipe:PICTURE", "imageforest.apps.segment.model:SegmentationForest"),
+    ("imageforest.apps.contour.recipe:RECIPE", "imageforest.apps.contour.model:OrganContourer"),
 ])
 def test_each_recipe_is_its_estimators_defaults(recipe, estimator):
     """The shipped model's settings (recipe.py) are the estimator's defaults, its seed aside."""

@@ -1,5 +1,6 @@
-"""`imageforest.testing.check_estimator` on every estimator: the engine's, the imaging layer's and the six forests
-of the applications (detector, body parts, segmentation, and the localizer's three stages)."""
+"""`imageforest.testing.check_estimator` on every estimator: the engine's, the imaging layer's (image forests and the
+entangled forest) and the seven forests of the applications (detector, body parts, segmentation, the localizer's
+three stages and the contourer)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,28 @@ def test_image_forests():
     boxes = BoxFeatures(max_offset_mm=5, box_size_mm=(1, 3))
     check_estimator(ImageClassificationForest(boxes, **SMALL), lambda e: e.fit([img], pts, labels))
     check_estimator(ImageRegressionForest(boxes, **SMALL), lambda e: e.fit([img], pts, pts[:, 1:].astype(float)))
+
+
+def test_entangled_forest():
+    from imageforest.imaging.entangled import EntangledForest
+
+    img, pts = _picture_points()
+    labels = (img[pts[:, 1], pts[:, 2]] > 0).astype(int)
+    forest = EntangledForest(n_trees=2, max_depth=4, entangled_depths=(2,), n_candidates=8, max_offset_mm=5,
+                             box_size_mm=(1, 3), min_samples_leaf=2, random_state=0)
+    check_estimator(forest, lambda e: e.fit([img], pts, labels))
+
+
+def test_organ_contourer():
+    from imageforest.apps.contour.model import OrganContourer
+    from imageforest.apps.localize.phantom import ORGANS, head_neck_phantom
+    from imageforest.imaging.ct_organs import OrganSlices
+
+    ct, lab = head_neck_phantom(0, size=(40, 40, 32), spacing=(9.0, 9.0, 7.0))
+    boxes = OrganSlices.from_labels(lab, list(range(1, 8))).boxes()
+    model = OrganContourer(ORGANS, n_trees=2, max_depth=4, entangled_depths=(2,), n_candidates=8, organ_points=20,
+                           background_points=150, random_state=0)
+    check_estimator(model, lambda e: e.fit_scans([ct], [np.asarray(lab.array)], [boxes]))
 
 
 def test_segmentation_forest():

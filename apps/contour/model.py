@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import ndimage
 
-from imageforest.estimators.params import Anything, Boolean, Integer, Real, Rule
+from imageforest.estimators.params import Anything, Boolean, Integer, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.ct_organs import box_to_index
 from imageforest.imaging.entangled import EntangledForest
@@ -111,8 +111,8 @@ class OrganContourer(EntangledForest):
     organ_points, background_points : int
         Training voxels per organ and of background, per scan.
     background_scale : float
-        The background posterior is multiplied by this before the arg-max (the leaves' histograms are
-        class-balanced, so they over-state small organs; > 1 trims them back).
+        The background posterior is multiplied by this before the arg-max: organs are sampled far above their
+        share of the region's voxels, so the leaves over-state them; > 1 trims them back.
     largest_component : bool
         Keep each organ's largest connected component only.
     other parameters
@@ -127,19 +127,20 @@ class OrganContourer(EntangledForest):
         "largest_component": Boolean()}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
-                 organ_points: int = 1500, background_points: int = 6000, background_scale: float = 1.0,
+                 organ_points: int = 800, background_points: int = 3000, background_scale: float = 2.0,
                  largest_component: bool = True, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
-                 class_weight="balanced", bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
+                 class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
-                 context_share: float = 0.5, mean_share: float = 0.5, random_state=None,
+                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5, random_state=None,
                  n_jobs: int | None = None) -> None:
         super().__init__(n_trees, max_depth=max_depth, entangled_depths=entangled_depths,
                          n_candidates=n_candidates, n_thresholds=n_thresholds, criterion=criterion,
                          class_weight=class_weight, bootstrap=bootstrap, max_samples=max_samples,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, min_gain=min_gain,
                          max_offset_mm=max_offset_mm, box_size_mm=box_size_mm, context_share=context_share,
-                         mean_share=mean_share, random_state=random_state, n_jobs=n_jobs)
+                         mean_share=mean_share, local_share=local_share, random_state=random_state,
+                         n_jobs=n_jobs)
         self.organs = organs
         self.margin_mm = margin_mm
         self.crop_mm = crop_mm
@@ -181,17 +182,22 @@ class OrganContourer(EntangledForest):
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
         lab = labels[bounds[4]:bounds[5] + 1, bounds[2]:bounds[3] + 1, bounds[0]:bounds[1] + 1]
+        # Half the background voxels come from inside the organs' widened boxes, where the hard decisions are
+        # (organ borders); the other half from the whole region.
+        near = organ_masks(scan, bounds, boxes, self.margin_mm).any(axis=0)
+        half = self.background_points // 2
         picks, values = [], []
-        for value, quota in [(k + 1, self.organ_points) for k in range(len(self.organs))] + \
-                [(0, self.background_points)]:
-            where = np.flatnonzero((lab == value).ravel() & mask.ravel())
+        for value, quota, where_ok in [(k + 1, self.organ_points, mask) for k in range(len(self.organs))] + \
+                [(0, self.background_points - half, mask), (0, half, mask & near)]:
+            where = np.flatnonzero((lab == value).ravel() & where_ok.ravel())
             if where.size == 0:
                 continue
             take = where if where.size <= quota else np.sort(rng.choice(where, quota, replace=False))
             picks.append(take)
             values.append(np.full(take.size, value, dtype=np.int64))
-        zyx = np.c_[np.unravel_index(np.concatenate(picks), lab.shape)].astype(np.int32)
-        return crop, mask, zyx, np.concatenate(values)
+        flat, first = np.unique(np.concatenate(picks), return_index=True)  # a voxel drawn twice counts once
+        zyx = np.c_[np.unravel_index(flat, lab.shape)].astype(np.int32)
+        return crop, mask, zyx, np.concatenate(values)[first]
 
     @staticmethod
     def _region_mask(bounds: np.ndarray, region: np.ndarray) -> np.ndarray:
@@ -204,6 +210,8 @@ class OrganContourer(EntangledForest):
     def fit_scans(self, scans: list[Image], label_maps: list[np.ndarray], boxes: list[np.ndarray]
                   ) -> OrganContourer:
         """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm."""
+        check_params(self)  # the region's settings are read before `fit` checks the forest's
+        self.stage_bounds()
         if not self.organs:
             raise InvalidInputError("give the organ names (organs=...) before training")
         rng = np.random.default_rng(self.random_state)

@@ -41,6 +41,7 @@ from imageforest.validation import check_sample_weight
 # A second box this far away (mm) lies outside any image and reads the fill value 0: the response is then the
 # first box's mean (absolute intensities, posterior levels) rather than a difference of two boxes.
 FAR_MM = 1.0e6
+LOCAL_SCALE = 0.2  # a local candidate's first box lies within this share of max_offset_mm of the voxel
 
 
 class ContextBoxFeatures(BoxFeatures):
@@ -51,12 +52,13 @@ class ContextBoxFeatures(BoxFeatures):
     as plain box features: prediction needs only the rows, not how they were drawn.
     """
 
-    def __init__(self, max_offset_mm, box_size_mm, n_context: int, context_share: float, mean_share: float
-                 ) -> None:
+    def __init__(self, max_offset_mm, box_size_mm, n_context: int, context_share: float, mean_share: float,
+                 local_share: float = 0.0) -> None:
         super().__init__(max_offset_mm, box_size_mm, difference=True, n_channels=1 + n_context)
         self.n_context = int(n_context)
         self.context_share = float(context_share)
         self.mean_share = float(mean_share)
+        self.local_share = float(local_share)
         self.context_open = False
 
     def sample(self, rng, n_sets, n_candidates):
@@ -67,6 +69,9 @@ class ContextBoxFeatures(BoxFeatures):
             context = rng.random(shape) < self.context_share
             channel = np.where(context, rng.integers(1, 1 + self.n_context, shape), 0).astype(np.float64)
         out[..., 0] = out[..., 7] = channel
+        if self.local_share > 0:  # boxes near the voxel: its own intensity and its immediate surroundings
+            local = rng.random(shape) < self.local_share
+            out[..., 1:4] = np.where(local[..., None], out[..., 1:4] * LOCAL_SCALE, out[..., 1:4])
         alone = rng.random(shape) < self.mean_share
         out[..., 8:11] = np.where(alone[..., None], FAR_MM, out[..., 8:11])
         return out
@@ -147,6 +152,8 @@ class EntangledForest(ClassificationForest):
         Share of each entangled stage's candidates that read a posterior map (the others read the image).
     mean_share : float
         Share of candidates reading one box's mean rather than a difference of two boxes.
+    local_share : float
+        Share of candidates whose first box lies within a fifth of `max_offset_mm` of the voxel.
     class_weight, n_thresholds, criterion, bootstrap, max_samples, min_samples_split, min_samples_leaf,
     min_gain, random_state, n_jobs
         As for `ClassificationForest`.
@@ -165,13 +172,15 @@ class EntangledForest(ClassificationForest):
                                   "min_samples_split", "min_samples_leaf", "min_gain", "random_state", "n_jobs")},
         "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "entangled_depths": Anything(), "max_offset_mm": Anything(), "box_size_mm": Anything(),
-        "context_share": Real(0.0, 1.0), "mean_share": Real(0.0, 1.0)}
+        "context_share": Real(0.0, 1.0), "mean_share": Real(0.0, 1.0),
+        "local_share": Real(0.0, 1.0)}
 
     def __init__(self, n_trees: int = 8, *, max_depth: int = 16, entangled_depths=(8, 12), n_candidates: int = 100,
                  n_thresholds: int | None = 16, criterion: str = "entropy", class_weight="balanced",
                  bootstrap: bool = False, max_samples=None, min_samples_split: int = 2, min_samples_leaf: int = 8,
                  min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0), context_share: float = 0.5,
-                 mean_share: float = 0.5, random_state=None, n_jobs: int | None = None) -> None:
+                 mean_share: float = 0.5, local_share: float = 0.0, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.entangled_depths = entangled_depths
@@ -188,6 +197,7 @@ class EntangledForest(ClassificationForest):
         self.box_size_mm = box_size_mm
         self.context_share = context_share
         self.mean_share = mean_share
+        self.local_share = local_share
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -212,7 +222,8 @@ class EntangledForest(ClassificationForest):
         try:
             size = tuple(float(v) for v in self.box_size_mm)
             offset = self.max_offset_mm if np.ndim(self.max_offset_mm) == 0 else tuple(self.max_offset_mm)
-            return ContextBoxFeatures(offset, size, n_context, self.context_share, self.mean_share)
+            return ContextBoxFeatures(offset, size, n_context, self.context_share, self.mean_share,
+                                      self.local_share)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"max_offset_mm / box_size_mm: {exc}") from None
 
