@@ -24,8 +24,8 @@ class MultiAtlasSegmentation:
     mesh : B-spline control points per axis
     """
 
-    def __init__(self, n_atlases: int = 5, affine_iterations: int = 100, bspline_iterations: int = 40,
-                 mesh: int = 6, seed: int = 0) -> None:
+    def __init__(self, n_atlases: int = 5, affine_iterations: int = 100, bspline_iterations: int = 20,
+                 mesh: int = 4, seed: int = 0) -> None:
         self.n_atlases = n_atlases
         self.affine_iterations = affine_iterations
         self.bspline_iterations = bspline_iterations
@@ -64,6 +64,8 @@ class MultiAtlasSegmentation:
         affine = reg.Execute(fixed, moving)
         bspline = sitk.BSplineTransformInitializer(fixed, [self.mesh] * 3)
         reg = self._method()
+        reg.SetShrinkFactorsPerLevel([4, 2])  # the deformable step on coarser grids: minutes, not tens of minutes
+        reg.SetSmoothingSigmasPerLevel([2.0, 1.0])
         reg.SetOptimizerAsLBFGSB(gradientConvergenceTolerance=1e-5, numberOfIterations=self.bspline_iterations)
         reg.SetMovingInitialTransform(affine)
         reg.SetInitialTransform(bspline, inPlace=True)

@@ -17,7 +17,8 @@ from imageforest.imaging.io import read_image, write_image
 
 SIZE, SPACING = (64, 64, 56), (7.8, 7.8, 5.0)
 SMALL = {"n_trees": 3, "max_depth": 10, "entangled_depths": (6,), "n_candidates": 30, "organ_points": 150,
-         "background_points": 1500, "min_samples_leaf": 4, "random_state": 0}
+         "background_points": 1500, "min_samples_leaf": 4, "background_scale": 1.0,
+         "random_state": 0}
 
 
 def _case(seed):
