@@ -30,15 +30,21 @@ SEED = 0
 def cross_validation_card(cv: dict) -> dict:
     """Mean Dice and median HD95 per organ and method from a cross-validation JSON."""
     organs = cv["organs"]
-    card = {"folds": cv["folds"], "train_cases_per_fold": cv["train_cases"], "boxes": cv["boxes"], "methods": {}}
+    card = {"folds": cv["folds"], "folds_run": sorted({c["fold"] for e in cv["methods"].values()
+                                                      for c in e["cases"].values()}),
+            "train_cases_per_fold": cv["train_cases"], "boxes": cv["boxes"], "methods": {}}
+
+    def value(v: float, digits: int):  # organs no test scan holds: null, not NaN (JSON has no NaN)
+        return None if np.isnan(v) else round(float(v), digits)
+
     for method, entry in cv["methods"].items():
         cases = list(entry["cases"].values())
         with np.errstate(all="ignore"):
             dice = np.nanmean(np.array([c["dice_axial"] for c in cases], dtype=float), axis=0)
             hd = np.nanmedian(np.array([c["hd95_axial"] for c in cases], dtype=float), axis=0)
         card["methods"][method] = {"scans": len(cases), "mean_dice": round(float(np.nanmean(dice)), 3),
-                                   "dice": {o: round(float(d), 3) for o, d in zip(organs, dice, strict=True)},
-                                   "hd95_mm": {o: round(float(h), 1) for o, h in zip(organs, hd, strict=True)}}
+                                   "dice": {o: value(d, 3) for o, d in zip(organs, dice, strict=True)},
+                                   "hd95_mm": {o: value(h, 1) for o, h in zip(organs, hd, strict=True)}}
     return card
 
 
