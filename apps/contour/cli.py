@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import click
+import numpy as np
 
 from imageforest.apps.contour.recipe import RECIPE
 from imageforest.cli import fail as _fail
@@ -73,7 +74,6 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
     if overlay is not None and not many and overlay.suffix.lower() != ".png":
         raise _fail(f"--overlay: {overlay}: the overlay is a .png")
     stems = output_stems(scan_list, SCAN_SUFFIXES)
-    folder_out = split or many
     plans = {"json": plan_outputs(json_out, scan_list, stems, ".json", "--json"),
              "overlay": plan_outputs(overlay, scan_list, stems, "_overlay.png", "--overlay"),
              "out": ([None] * len(scan_list) if out is None else
@@ -81,7 +81,6 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
                      plan_outputs(out, scan_list, stems, ".nii.gz", "-o/--out")),
              "probabilities": ([None] * len(scan_list) if probabilities is None
                                else _folders(probabilities, stems, many, "--probabilities"))}
-    del folder_out
     try:
         from imageforest.apps.contour.api import check_organs, contour_file, load_contourer
         from imageforest.apps.localize.api import load_localizer
@@ -137,7 +136,7 @@ def _write(document: dict, contours, image, model, wanted, paths: dict, split: b
     chosen = [k for k, name in enumerate(model.organs) if not wanted or name in wanted]
     if wanted:
         keep = labels.array.copy()
-        keep[~isin(keep, [k + 1 for k in chosen])] = 0
+        keep[~np.isin(keep, [k + 1 for k in chosen])] = 0
         labels = Image(keep, labels.spacing, labels.origin, labels.direction, source=labels.source)
     with StagedOutputs() as staged:
         if paths["json"] is not None:
@@ -161,12 +160,6 @@ def _write(document: dict, contours, image, model, wanted, paths: dict, split: b
             from imageforest.apps.contour.overlay import write_overlay
 
             write_overlay(contours, model.organs, staged.path(paths["overlay"]), image, title=title, organs=wanted)
-
-
-def isin(values, wanted: list[int]):
-    import numpy as np
-
-    return np.isin(values, wanted)
 
 
 def table(document: dict) -> str:
