@@ -15,6 +15,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from imageforest.apps.contour.model import Contours, OrganContourer
+from imageforest.apps.localize.api import model_identity
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import model_file
 from imageforest.imaging.ct import read_scan, scan_warnings
@@ -30,11 +31,6 @@ FINE_SHARE = 0.6
 def load_contourer(path: str | Path | None = None) -> OrganContourer:
     """Load a contour model file (default: the shipped head-and-neck model)."""
     return OrganContourer.load(model_file(path, DEFAULT_MODEL))
-
-
-def model_identity(model) -> dict:
-    card = getattr(model, "model_card_", {}) or {}
-    return {"name": str(card.get("name", "custom")), "version": str(card.get("version", "unversioned"))}
 
 
 def check_organs(model: OrganContourer, organs: list[str] | None) -> list[str] | None:

@@ -16,17 +16,13 @@ import click
 import numpy as np
 
 from imageforest.apps.contour.recipe import RECIPE
+from imageforest.apps.localize.cli import split_names
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
 
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd")
 LABEL_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
-
-
-def _split_names(value: str | None) -> list[str] | None:
-    names = [v.strip() for v in (value or "").split(",") if v.strip()]
-    return names or None
 
 
 @click.command()
@@ -89,7 +85,7 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         localizer = load_localizer(localizer_path)
         if threads is not None:
             model.n_jobs = localizer.n_jobs = threads
-        wanted = check_organs(model, _split_names(organs))
+        wanted = check_organs(model, split_names(organs))
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
     t_model = time.perf_counter() - t_start
@@ -193,7 +189,7 @@ def train_contour(data_dir: Path, out: Path, organs: str | None, n_cases: int | 
 
         depths = tuple(d for d in RECIPE["entangled_depths"] if d < depth)
         params = {**RECIPE, "n_trees": trees, "max_depth": depth, "entangled_depths": depths, "random_state": seed}
-        model = train_from_folder(data_dir, _split_names(organs), name=name, n_cases=n_cases,
+        model = train_from_folder(data_dir, split_names(organs), name=name, n_cases=n_cases,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)
     except (ImageForestError, OSError) as exc:

@@ -8,18 +8,14 @@ soft-tissue window (the localizer's overlay's conventions).
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 import SimpleITK as sitk
 
 from imageforest.apps.contour.model import Contours
-from imageforest.apps.localize.overlay import COLOURS, EDGES, PANEL_INCHES, SCALE_MM, VIEWS, WINDOW_HU
-from imageforest.forest.serialization import atomic_write
+from imageforest.apps.localize.overlay import COLOURS, PANEL_INCHES, VIEWS, panel, save_figure
 from imageforest.imaging.io import Image
-
-DPI = 80
 
 
 def _lps(image: Image) -> tuple[np.ndarray, np.ndarray]:
@@ -39,27 +35,10 @@ def _plane(vol: np.ndarray, view: str, centre) -> np.ndarray:
 
 
 def _panel(ax, img: np.ndarray, view: str, spacing: np.ndarray, title: str) -> None:
-    """A slice in a soft-tissue window with its true aspect, orientation letters and a scale bar."""
+    """The localizer's panel with the voxels' true aspect (spacing (x, y, z) mm)."""
     across, up = {"axial": (0, 1), "coronal": (0, 2), "sagittal": (1, 2)}[view]
-    origin = "upper" if view == "axial" else "lower"
-    ax.imshow(img, cmap="gray", vmin=WINDOW_HU[0], vmax=WINDOW_HU[1], origin=origin, interpolation="nearest",
-              aspect=float(spacing[up] / spacing[across]))
-    ax.set_title(title, color="white", fontsize=11)
-    left, right, top, bottom = EDGES[view]
-    rows, cols = img.shape
-
-    def row_at(share: float) -> float:
-        return share * rows if origin == "lower" else (1.0 - share) * rows
-
-    style = {"color": "yellow", "fontsize": 12, "fontweight": "bold"}
-    ax.text(0.02 * cols, row_at(0.5), left, ha="left", va="center", **style)
-    ax.text(0.98 * cols, row_at(0.5), right, ha="right", va="center", **style)
-    ax.text(0.5 * cols, row_at(0.98), top, ha="center", va="top", **style)
-    ax.text(0.5 * cols, row_at(0.02), bottom, ha="center", va="bottom", **style)
-    bar = SCALE_MM / float(spacing[across])
-    x1 = 0.96 * cols
-    ax.plot([x1 - bar, x1], [row_at(0.05), row_at(0.05)], color="yellow", linewidth=3)
-    ax.text(x1 - bar / 2, row_at(0.07), f"{SCALE_MM:g} mm", color="yellow", ha="center", va="bottom", fontsize=10)
+    panel(ax, img, "upper" if view == "axial" else "lower", view, float(spacing[across]), title,
+          aspect=float(spacing[up] / spacing[across]))
 
 
 def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image, title: str = "",
@@ -100,12 +79,5 @@ def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image
                 if truth_plane.any():
                     ax.contour(truth_plane.astype(np.float32), levels=[0.5], colors=["white"], linewidths=1.2,
                                linestyles="dashed")
-    height = PANEL_INCHES * max(1, len(rows))
-    if title:
-        fig.suptitle(title + ("   solid: contoured, dashed: reference" if truth is not None else ""), color="white",
-                     fontsize=13, y=1.0 - 0.1 / height)
-    fig.subplots_adjust(left=0.004, right=0.996, bottom=0.05 / height, top=1.0 - (0.7 if title else 0.3) / height,
-                        wspace=0.02, hspace=0.35 / (PANEL_INCHES - 0.35))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, facecolor=fig.get_facecolor(), pil_kwargs={"compress_level": 1})
-    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    save_figure(fig, path, max(1, len(rows)),
+                title + ("   solid: contoured, dashed: reference" if title and truth is not None else ""))

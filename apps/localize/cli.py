@@ -22,7 +22,7 @@ from imageforest.exceptions import ImageForestError
 from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
 
 
-def _split_names(value: str | None) -> list[str] | None:
+def split_names(value: str | None) -> list[str] | None:
     if not value:
         return None
     names = [v.strip() for v in value.split(",") if v.strip()]
@@ -66,7 +66,7 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
     if threads is not None and threads < 1:
         raise _fail(f"--threads must be at least 1, got {threads}")
     if workers is not None or scheduler is not None or resume:
-        _localize_batch(scans_list, model_path, _split_names(organs), out, overlay, mask, threads, workers,
+        _localize_batch(scans_list, model_path, split_names(organs), out, overlay, mask, threads, workers,
                         scheduler, resume)
         return
     many = len(scans_list) > 1
@@ -88,7 +88,7 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
         model = load_localizer(model_path)
         if threads is not None:
             model.n_jobs = threads
-        wanted = check_organs(model, _split_names(organs))
+        wanted = check_organs(model, split_names(organs))
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
     t_model = time.perf_counter() - t_start
@@ -216,7 +216,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, n_cases: int 
             run_jobs = dask_jobs(client)
             if workers is not None:
                 params["n_jobs"] = local_threads(workers)
-        model = train_from_folder(data_dir, _split_names(organs), name=name, run_jobs=run_jobs, n_cases=n_cases,
+        model = train_from_folder(data_dir, split_names(organs), name=name, run_jobs=run_jobs, n_cases=n_cases,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)
     except (ImageForestError, OSError) as exc:

@@ -41,9 +41,11 @@ def _slice(vol: np.ndarray, view: str, centre: np.ndarray) -> tuple[np.ndarray, 
     return vol[:, :, centre[0]], (1, 2), "lower"  # sagittal: y across (anterior left), z up
 
 
-def _panel(ax, img: np.ndarray, origin: str, view: str, spacing_mm: float, title: str) -> None:
-    """One reviewable panel: the slice in a soft-tissue window, orientation letters and a scale bar."""
-    ax.imshow(img, cmap="gray", vmin=WINDOW_HU[0], vmax=WINDOW_HU[1], origin=origin, interpolation="nearest")
+def panel(ax, img: np.ndarray, origin: str, view: str, spacing_mm: float, title: str, aspect: float = 1.0) -> None:
+    """One reviewable panel: the slice in a soft-tissue window, orientation letters and a scale bar; `spacing_mm`
+    is the voxel size across the panel, `aspect` the voxels' height over their width."""
+    ax.imshow(img, cmap="gray", vmin=WINDOW_HU[0], vmax=WINDOW_HU[1], origin=origin, interpolation="nearest",
+              aspect=aspect)
     ax.set_title(title, color="white", fontsize=11)
     left, right, top, bottom = EDGES[view]
     rows, cols = img.shape
@@ -85,7 +87,7 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
         centre = np.array(vol.shape[::-1]) // 2
         for c, view in enumerate(VIEWS):
             img, _, origin = _slice(vol, view, centre)
-            _panel(axes[0, c], img, origin, view, spacing, f"no organ found - central {view} slice")
+            panel(axes[0, c], img, origin, view, spacing, f"no organ found - central {view} slice")
     for r, (k, est) in enumerate(rows):
         colour = COLOURS[k % len(COLOURS)]
         lo = _to_index(work, est.box_mm[[0, 2, 4]][None])[0]
@@ -100,17 +102,21 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
             img, (a, b), origin = _slice(vol, view, centre)
-            _panel(ax, img, origin, view, spacing,
+            panel(ax, img, origin, view, spacing,
                    f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""))
             for blo, bhi, col, style in boxes:
                 ax.add_patch(Rectangle((blo[a] - 0.5, blo[b] - 0.5), bhi[a] - blo[a] + 1, bhi[b] - blo[b] + 1,
                                        fill=False, edgecolor=col, linestyle=style, linewidth=2))
+    save_figure(fig, path, n_rows, title + ("   solid: found, dashed: truth" if title and truth is not None else ""))
+
+
+def save_figure(fig, path: str | Path, n_rows: int, title: str) -> None:
+    """Title, margins and an atomic PNG write of a figure of `n_rows` rows of panels."""
     # Fixed margins in inches rather than tight_layout, which draws the whole figure once more to measure it (0.5 s
     # of a 21-panel overlay); the panels have no ticks, only a title line above each
     height = PANEL_INCHES * n_rows
     if title:
-        fig.suptitle(title + ("   solid: found, dashed: truth" if truth is not None else ""), color="white",
-                     fontsize=13, y=1.0 - 0.1 / height)
+        fig.suptitle(title, color="white", fontsize=13, y=1.0 - 0.1 / height)
     fig.subplots_adjust(left=0.004, right=0.996, bottom=0.05 / height, top=1.0 - (0.7 if title else 0.3) / height,
                         wspace=0.02, hspace=0.35 / (PANEL_INCHES - 0.35))
     buf = io.BytesIO()
