@@ -4,162 +4,62 @@
     report = localize_many(paths, "out/")                  # in this process, one scan after another
     report = localize_many(paths, "out/", client=client)   # on a dask.distributed cluster
 
-Each scan's outputs are written by whoever localizes it, as it finishes, atomically and the JSON last: a JSON file
-that exists is a finished scan, so a batch killed half-way keeps what it finished and `resume=True` skips it. A
-scan that fails (a bad file, a worker out of memory, a worker lost) is tried once more on another worker, then
-reported; the others go on. The report (every scan's status, error line and timings) is returned and written to
-``OUT/batch_report.json``, also while the batch runs.
-
-A worker loads the model once (`_worker_model` keeps it for the worker's lifetime) and runs the forest on
-`threads` numba threads. Workers of a remote cluster read the scans and write the outputs by the same paths as the
-client, so the archive and OUT sit on a shared file system; their Python environment holds imageforest.
+The batch itself (atomic outputs with the JSON last, `resume`, retries on another worker, the report in
+``OUT/batch_report.json``) is `imageforest.batches`, shared by every application; this module says what localizing
+one scan is (`LocalizeJob`).
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import socket
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imageforest.exceptions import InvalidInputError
-from imageforest.outputs import write_json
+from imageforest.batches import (  # noqa: F401  (expand_scan_arguments and is_complete are part of this API)
+    REPORT_NAME,
+    BatchItem,
+    expand_scan_arguments,
+    is_complete,
+    run_batch,
+)
+from imageforest.batches import plan_batch as _plan_batch
 
 SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
-REPORT_NAME = "batch_report.json"
-REPORT_VERSION = 1
-REPORT_EVERY_S = 30.0  # a running batch rewrites its report this often (and when stopped)
-GLOB_CHARS = set("*?[")
 
 
 @dataclass(frozen=True)
-class BatchItem:
-    """One scan and where its outputs go (None: not asked for)."""
+class LocalizeJob:
+    """Localizing one scan with the model at `model_path` (None: the shipped one) on `threads` numba threads,
+    reporting `organs` (None: all)."""
 
-    scan: Path
-    json: Path
-    overlay: Path | None = None
-    mask: Path | None = None
+    model_path: str | None = None
+    organs: tuple[str, ...] | None = None
+    threads: int | None = None
+    task_name: str = "localize"
 
+    def model_files(self) -> list[str]:
+        from imageforest.apps.localize.api import DEFAULT_MODEL
 
-def expand_scan_arguments(arguments: Iterable[str | os.PathLike]) -> list[Path]:
-    """Scan paths from command-line arguments: ``@list.txt`` stands for the paths it lists (one per line; blank
-    lines and lines starting with # are skipped; relative paths are taken from the current folder), and an
-    argument with glob characters that names no file (``'archive/**/*.nii.gz'``, quoted so that the shell leaves
-    it alone) for the files it matches, sorted. Anything else is a scan path (a file or a DICOM folder)."""
-    out: list[Path] = []
-    for arg in map(str, arguments):
-        if arg.startswith("@") and len(arg) > 1:
-            listing = Path(arg[1:])
-            try:
-                lines = listing.read_text(encoding="utf-8").splitlines()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise InvalidInputError(f"{arg}: cannot read the list ({getattr(exc, 'strerror', None) or exc})"
-                                        ) from None
-            out.extend(Path(s.strip()) for s in lines if s.strip() and not s.strip().startswith("#"))
-        elif GLOB_CHARS & set(arg) and not os.path.lexists(arg):
-            matches = sorted(glob.glob(arg, recursive=True))
-            if not matches:
-                raise InvalidInputError(f"{arg}: no file matches the pattern")
-            out.extend(Path(m) for m in matches)
-        else:
-            out.append(Path(arg))
-    return out
+        return [self.model_path or str(DEFAULT_MODEL)]
 
+    def load(self):
+        from imageforest.apps.localize.api import load_localizer
 
-def plan_batch(scans: list[Path], out: str | os.PathLike, overlay: bool | str | os.PathLike = False,
-               mask: bool | str | os.PathLike = False) -> list[BatchItem]:
-    """Every scan's outputs: ``<stem>.json`` in the folder `out`; with `overlay` / `mask` also
-    ``<stem>_overlay.png`` / ``<stem>_boxes.nii.gz`` in `out` (True) or in the folder given. Folders are created
-    when missing; stems are as `imageforest localize` names them.
+        model = load_localizer(self.model_path)
+        model.n_jobs = self.threads
+        return model
 
-    Raises InvalidInputError when there is no scan, a folder is a file, or an output would overwrite an input."""
-    from imageforest.outputs import make_folder, output_stems
+    def check(self, model) -> None:
+        from imageforest.apps.localize.api import check_organs
 
-    if not scans:
-        raise InvalidInputError("no scans given")
+        check_organs(model, list(self.organs) if self.organs else None)
 
-    def folder_of(target) -> Path | None:
-        if target is False or target is None:
-            return None
-        folder = Path(out) if target is True else Path(target)
-        make_folder(folder, "is a file; a batch writes into a folder")
-        return folder
-
-    json_dir, overlay_dir, mask_dir = folder_of(True), folder_of(overlay), folder_of(mask)
-    stems = output_stems(scans, SCAN_SUFFIXES)
-    items = [BatchItem(scan, json_dir / f"{stem}.json",
-                       overlay_dir / f"{stem}_overlay.png" if overlay_dir is not None else None,
-                       mask_dir / f"{stem}_boxes.nii.gz" if mask_dir is not None else None)
-             for scan, stem in zip(scans, stems, strict=True)]
-    inputs = {p.resolve() for p in scans}
-    for item in items:
-        for path in (item.json, item.overlay, item.mask):
-            if path is not None and path.resolve() in inputs:
-                raise InvalidInputError(f"{path} is an input; refusing to overwrite it")
-    return items
-
-
-def is_complete(item: BatchItem) -> bool:
-    """Whether `item` is done: its JSON parses and names its scan, and every other output asked for exists (the
-    JSON is written last)."""
-    try:
-        document = json.loads(item.json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(document, dict) or document.get("scan") != str(item.scan) or "organs" not in document:
-        return False
-    return all(p is None or p.is_file() for p in (item.overlay, item.mask))
-
-
-# A worker's model, loaded on its first scan: (model file, its size and time, threads) -> (OrganLocalizer, load
-# seconds). The file's size and time are in the key so that a long-lived worker never answers from a replaced model.
-_WORKER_MODELS: dict = {}
-
-
-def _worker_model(model_path: str | None, threads: int | None):
-    from imageforest.apps.localize.api import DEFAULT_MODEL, load_localizer
-
-    stat = os.stat(model_path or DEFAULT_MODEL)
-    key = (model_path, stat.st_size, stat.st_mtime_ns, threads)
-    if key not in _WORKER_MODELS:
-        _WORKER_MODELS.clear()  # a worker serves one model at a time: let a replaced one go
-        t0 = time.perf_counter()
-        model = load_localizer(model_path)
-        model.n_jobs = threads
-        _WORKER_MODELS[key] = (model, time.perf_counter() - t0)
-        return model, _WORKER_MODELS[key][1]
-    return _WORKER_MODELS[key][0], 0.0
-
-
-def _worker_address() -> str:
-    """The Dask worker's address when run as a task, else host:pid."""
-    try:
-        from distributed import get_worker
-
-        return get_worker().address
-    except (ImportError, ValueError):
-        return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def localize_item(item: BatchItem, model_path: str | None = None, organs: list[str] | None = None,
-                  threads: int | None = None) -> dict:
-    """Localize one scan and write its outputs (the JSON last); the task a worker runs.
-
-    Returns the scan's report entry; a failure is caught and reported (status "failed", its first line) so that
-    the caller can try it elsewhere."""
-    t0 = time.perf_counter()
-    entry: dict = {"scan": str(item.scan), "json": str(item.json), "worker": _worker_address()}
-    try:
+    def run(self, model, item: BatchItem, timing: dict[str, float]) -> dict:
         from imageforest.apps.localize.api import localize_file
-        from imageforest.apps.localize.report import write_json as write_document
-        from imageforest.apps.localize.report import write_mask
+        from imageforest.apps.localize.report import write_json, write_mask
 
-        model, load_s = _worker_model(model_path, threads)
+        organs = list(self.organs) if self.organs else None
         document, result, image = localize_file(item.scan, model, organs)
         if item.overlay is not None:
             from imageforest.apps.localize.overlay import write_overlay
@@ -167,21 +67,17 @@ def localize_item(item: BatchItem, model_path: str | None = None, organs: list[s
             write_overlay(result, item.overlay, title=item.scan.name, organs=organs)
         if item.mask is not None:
             write_mask(result, image, item.mask, organs)
-        document["timing_s"]["model_load"] = round(load_s, 4)
-        write_document(document, item.json)
-        entry.update(status="ok", error=None, timing_s={**document["timing_s"], "model_load": round(load_s, 4)})
-    except Exception as exc:  # reported, not raised: one bad scan must not stop an archive
-        text = str(exc).strip().splitlines()
-        line = text[0] if text else ""
-        entry.update(status="failed", error=f"{type(exc).__name__}: {line}"[:300], timing_s={})
-    entry["timing_s"]["wall"] = round(time.perf_counter() - t0, 4)
-    return entry
+        document["timing_s"].update(timing)
+        write_json(document, item.json)
+        return document
 
 
-def _workers_other_than(client, address: str | None) -> list[str] | None:
-    workers = list(client.scheduler_info(n_workers=-1)["workers"])
-    others = [w for w in workers if w != address]
-    return others or None
+def plan_batch(scans: list[Path], out: str | os.PathLike, overlay: bool | str | os.PathLike = False,
+               mask: bool | str | os.PathLike = False) -> list[BatchItem]:
+    """Every scan's outputs: ``<stem>.json`` in the folder `out`; with `overlay` / `mask` also
+    ``<stem>_overlay.png`` / ``<stem>_boxes.nii.gz`` in `out` (True) or in the folder given."""
+    return _plan_batch(scans, out, {"overlay": (overlay, "_overlay.png"), "mask": (mask, "_boxes.nii.gz")},
+                       SCAN_SUFFIXES)
 
 
 def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, client=None, *,
@@ -190,7 +86,8 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
                   resume: bool = False, threads: int | None = None, retries: int = 1,
                   progress: Callable[[str], None] | None = None) -> dict:
     """Localize every scan of `paths` into the folder `out`; returns the batch report (also written to
-    ``out/batch_report.json``).
+    ``out/batch_report.json``; its layout is `imageforest.batches.run_batch`'s, timings ``read``, ``localize``,
+    ``total``, ``model_load``, ``wall``).
 
     Parameters
     ----------
@@ -206,107 +103,12 @@ def localize_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cl
     threads : numba threads per scan (None: all cores in this process; on a cluster each worker's own default)
     retries : further attempts for a failed scan (on another worker when there is one)
     progress : callable(str), one line per finished scan
-
-    Report: ``{"format_version", "out", "model", "workers", "finished", "scans": n, "ok", "failed", "skipped",
-    "pending", "wall_s", "scans_per_s", "entries": [{"scan", "json", "status" (ok | failed | skipped | pending),
-    "error", "attempts", "worker", "timing_s": {"read", "localize", "total", "model_load", "wall"}}, ...]}`` in
-    input order. It is rewritten every `REPORT_EVERY_S` while the batch runs and when it stops (`finished`
-    false, unfinished scans "pending"), and at the end.
     """
-    from imageforest.apps.localize.api import check_organs, load_localizer
-
-    say = progress or (lambda _msg: None)
-    t_start = time.perf_counter()
     # Absolute paths: a remote worker runs in a folder of its own (the JSON's "scan" names the absolute path).
     scans = [Path(p).absolute() for p in paths]
     items = plan_batch(scans, Path(out).absolute(), *(x if isinstance(x, bool) else Path(x).absolute()
                                                       for x in (overlay, mask)))
     model_path = None if model is None else str(Path(model).resolve())
-    # Checked here once, so that a bad model or organ name stops the batch before any task runs; in this process
-    # the model loaded for the check is the one the scans use.
-    check_organs(_worker_model(model_path, threads)[0] if client is None else load_localizer(model_path), organs)
-    entries: list[dict | None] = [None] * len(items)
-    todo = []
-    for k, item in enumerate(items):
-        if resume and is_complete(item):
-            entries[k] = {"scan": str(item.scan), "json": str(item.json), "status": "skipped", "error": None,
-                          "attempts": 0, "worker": None, "timing_s": {}}
-        else:
-            todo.append(k)
-    counts = {"ok": 0, "failed": 0}
-    workers = 0 if client is None else len(client.scheduler_info(n_workers=-1)["workers"])
-    last_write = [time.perf_counter()]
-
-    def write_report(finished: bool) -> dict:
-        wall = time.perf_counter() - t_start
-        ok, failed = counts["ok"], counts["failed"]
-        report = {"format_version": REPORT_VERSION, "out": str(out), "model": model_path or "default",
-                  "workers": workers, "finished": finished, "scans": len(items), "ok": ok, "failed": failed,
-                  "skipped": len(items) - len(todo), "pending": len(todo) - ok - failed, "wall_s": round(wall, 3),
-                  "scans_per_s": round((ok + failed) / wall, 4) if wall > 0 else None,
-                  "entries": [e if e is not None else {"scan": str(items[k].scan), "json": str(items[k].json),
-                                                       "status": "pending"} for k, e in enumerate(entries)]}
-        write_json(report, Path(out) / REPORT_NAME, indent=1)
-        last_write[0] = time.perf_counter()
-        return report
-
-    def record(k: int, entry: dict, attempts: int) -> None:
-        entries[k] = {**entry, "attempts": attempts}
-        counts[entry["status"]] += 1
-        done = counts["ok"] + counts["failed"]
-        say(f"[{done}/{len(todo)}] {entry['status']:<6} {entry['timing_s'].get('wall', 0.0):6.2f} s  "
-            f"{items[k].scan}" + (f"  ({entry['error']})" if entry["error"] else "")
-            + f"  (done {counts['ok']}, failed {counts['failed']})")
-        if time.perf_counter() - last_write[0] > REPORT_EVERY_S:
-            write_report(False)  # a batch stopped half-way still says what it did
-
-    try:
-        if client is None:
-            for k in todo:
-                entry = localize_item(items[k], model_path, organs, threads)
-                attempts = 1
-                while entry["status"] == "failed" and attempts <= retries:
-                    entry = localize_item(items[k], model_path, organs, threads)
-                    attempts += 1
-                record(k, entry, attempts)
-        else:
-            _run_on_cluster(client, items, todo, model_path, organs, threads, retries, record)
-    except BaseException:
-        write_report(False)
-        raise
-    return write_report(True)
-
-
-def _run_on_cluster(client, items: list[BatchItem], todo: list[int], model_path: str | None,
-                    organs: list[str] | None, threads: int | None, retries: int, record) -> None:
-    """Submit one task per scan; a failed attempt (reported by the task, or a task lost with its worker) goes
-    once more to another worker; `record` gets every scan's final entry."""
-    from dask.distributed import as_completed
-
-    stamp = f"{os.getpid()}-{time.time_ns()}"
-
-    def submit(k: int, attempt: int, workers: list[str] | None = None):
-        return client.submit(localize_item, items[k], model_path, organs, threads, pure=False,
-                             key=f"localize-{stamp}-{k}-{attempt}", workers=workers,
-                             allow_other_workers=workers is not None)
-
-    pending = {}
-    for k in todo:
-        pending[submit(k, 1)] = (k, 1)
-    queue = as_completed(list(pending), with_results=False)
-    for fut in queue:
-        k, attempt = pending.pop(fut)
-        if fut.status == "finished":
-            entry = fut.result()
-        else:  # the task was lost: e.g. its worker died while running it too often (KilledWorker)
-            exc = fut.exception()
-            lines = str(exc).strip().splitlines()
-            entry = {"scan": str(items[k].scan), "json": str(items[k].json), "worker": None, "status": "failed",
-                     "error": f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300], "timing_s": {}}
-        fut.release()
-        if entry["status"] == "failed" and attempt <= retries:
-            again = submit(k, attempt + 1, _workers_other_than(client, entry.get("worker")))
-            pending[again] = (k, attempt + 1)
-            queue.add(again)
-            continue
-        record(k, entry, attempt)
+    job = LocalizeJob(model_path, tuple(organs) if organs else None, threads)
+    return run_batch(job, items, out, client, resume=resume, retries=retries, model_name=model_path or "default",
+                     progress=progress)

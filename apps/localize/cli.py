@@ -17,6 +17,7 @@ import click
 
 from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
+from imageforest.batch_command import check_cluster_options
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
@@ -127,13 +128,6 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
         sys.exit(1)
 
 
-def _check_cluster_options(workers: int | None, scheduler: str | None) -> None:
-    if workers is not None and scheduler is not None:
-        raise _fail("give --workers (a local cluster) or --scheduler (an existing one), not both")
-    if workers is not None and workers < 1:
-        raise _fail(f"--workers must be at least 1, got {workers}")
-
-
 def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str] | None, out: Path | None,
                     overlay: Path | None, mask: Path | None, threads: int | None, workers: int | None,
                     scheduler: str | None, resume: bool) -> None:
@@ -141,33 +135,17 @@ def _localize_batch(scans: list[Path], model_path: Path | None, organs: list[str
     failed."""
     if out is None:
         raise _fail("--workers, --scheduler and --resume write into a folder: give -o OUT")
-    _check_cluster_options(workers, scheduler)
-    from imageforest.apps.localize.batch import localize_many
+    from imageforest.apps.localize.batch import LocalizeJob, plan_batch
+    from imageforest.batch_command import run_batch_command
 
-    client = None
-    try:
-        if workers is not None or scheduler is not None:
-            from imageforest.apps.localize.cluster import connect, local_threads
-
-            client = connect(workers, scheduler, threads)
-            click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
-            if workers is not None:
-                threads = local_threads(workers, threads)
-        report = localize_many(scans, out, client, model=model_path, organs=organs,
-                               overlay=overlay if overlay is not None else False,
-                               mask=mask if mask is not None else False, resume=resume, threads=threads,
-                               progress=lambda line: click.echo(line, err=True))
-    except (ImageForestError, OSError) as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        if client is not None:
-            from imageforest.apps.localize.cluster import disconnect
-
-            disconnect(client)
-    click.echo(f"{report['ok']} localized, {report['failed']} failed, {report['skipped']} skipped (complete) in "
-               f"{report['wall_s']:.1f} s; report: {Path(out) / 'batch_report.json'}", err=True)
-    if report["failed"]:
-        sys.exit(1)
+    model = None if model_path is None else str(Path(model_path).resolve())
+    # Absolute paths: a remote worker runs in a folder of its own (the JSON's "scan" names the absolute path).
+    absolute = [Path(p).absolute() for p in scans]
+    run_batch_command(lambda n: LocalizeJob(model, tuple(organs) if organs else None, n),
+                      lambda: plan_batch(absolute, out.absolute(), *(False if x is None else x.absolute()
+                                                                      for x in (overlay, mask))),
+                      out, workers=workers, scheduler=scheduler, threads=threads, resume=resume, verb="localized",
+                      model_name=model or "default", preload=("imageforest.apps.localize.api",))
 
 
 @click.command("train-localizer")
@@ -200,7 +178,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, n_cases: int 
     name are the default model's (`apps/localize/recipe.py`). With --workers or --scheduler the first stage's
     forest and every fine- and slice-stage forest grow as Dask tasks; the model's bytes are the same."""
     check_destination(out, set(), "--out", devices=False)
-    _check_cluster_options(workers, scheduler)
+    check_cluster_options(workers, scheduler)
     client = None
     try:
         from imageforest.apps.localize.training import train_from_folder
@@ -209,7 +187,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, n_cases: int 
                   "points_per_scan": points_per_scan, "refine_spacing_mm": refine_spacing, "random_state": seed}
         run_jobs = None
         if workers is not None or scheduler is not None:
-            from imageforest.apps.localize.cluster import connect, dask_jobs, local_threads
+            from imageforest.cluster import connect, dask_jobs, local_threads
 
             client = connect(workers, scheduler)
             click.echo(f"Dask dashboard: {client.dashboard_link}", err=True)
@@ -223,7 +201,7 @@ def train_localizer(data_dir: Path, out: Path, organs: str | None, n_cases: int 
         raise _fail(str(exc)) from None
     finally:
         if client is not None:
-            from imageforest.apps.localize.cluster import disconnect
+            from imageforest.cluster import disconnect
 
             disconnect(client)
     click.echo(f"wrote {out} ({len(model.organs)} organs: {', '.join(model.organs)})", err=True)

@@ -302,7 +302,7 @@ class OrganLocalizer(PlainTrees):
             Receives one line per stage.
         run_jobs : callable, optional
             Runs the independent forests: takes a list of ``(function, args)`` and returns ``[function(*args),
-            ...]`` in order (default: here, one after another; `imageforest.apps.localize.cluster.dask_jobs` runs
+            ...]`` in order (default: here, one after another; `imageforest.cluster.dask_jobs` runs
             them as Dask tasks). The model is the same either way.
         """
         self._check_settings()

@@ -62,7 +62,7 @@ def train_localizer(cases: list[Case], organs: list[str], progress: Callable[[st
                     name: str = "custom", version: str = "1", data_note: str = "", run_jobs=None,
                     **params) -> OrganLocalizer:
     """Read `cases`, fit an `OrganLocalizer` with `params`, and record a model card. `run_jobs` runs the
-    independent forests (see `OrganLocalizer.fit`; e.g. `imageforest.apps.localize.cluster.dask_jobs`)."""
+    independent forests (see `OrganLocalizer.fit`; e.g. `imageforest.cluster.dask_jobs`)."""
     from imageforest.apps.localize.model import remaining
 
     say = progress or (lambda _msg: None)

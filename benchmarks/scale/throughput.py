@@ -34,13 +34,13 @@ from imageforest.apps.localize.batch import localize_many
 
 
 def run(scans: list[Path], workers: int | None, threads: int) -> dict:
-    from imageforest.apps.localize.cluster import connect, disconnect
+    from imageforest.cluster import connect, disconnect
 
     with tempfile.TemporaryDirectory() as out, TreeMemory() as memory:
         client, startup = None, 0.0
         if workers:
             t0 = time.perf_counter()
-            client = connect(workers, threads=threads)
+            client = connect(workers, threads=threads, preload=("imageforest.apps.localize.api",))
             client.wait_for_workers(workers)
             startup = time.perf_counter() - t0
         try:

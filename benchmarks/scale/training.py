@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--cases", type=int, default=None)
     args = ap.parse_args()
-    from imageforest.apps.localize.cluster import connect, dask_jobs, disconnect, local_threads
+    from imageforest.cluster import connect, dask_jobs, disconnect, local_threads
 
     cases, names = openkbp_cases(args.data)
     cases = cases[: args.cases] if args.cases else cases

@@ -96,7 +96,7 @@ def test_a_stopped_batch_leaves_a_report_of_what_it_did(archive, tmp_path: Path)
 
 def test_batch_on_a_dask_cluster_and_training_jobs_give_the_same_bytes(archive, tmp_path: Path):
     distributed = pytest.importorskip("dask.distributed", reason="Dask is an optional extra: imageforest[dask]")
-    from imageforest.apps.localize.cluster import dask_jobs
+    from imageforest.cluster import dask_jobs
 
     root, scans, truths = archive
     here = localize_many(batch_paths(root)[:2], tmp_path / "here", model=root / "model.npz")

@@ -1,4 +1,5 @@
-"""Dask clusters for the localizer's commands: a local one of N worker processes, or an existing one by address.
+"""Dask clusters for the batch and training commands: a local one of N worker processes, or an existing one by
+address.
 
 Dask is an optional dependency (``pip install 'imageforest[dask]'``); without it these commands say so in one line.
 """
@@ -25,9 +26,11 @@ def local_threads(workers: int, threads: int | None = None) -> int:
     return int(threads) if threads else max(1, (os.cpu_count() or 1) // workers)
 
 
-def connect(workers: int | None = None, scheduler: str | None = None, threads: int | None = None):
+def connect(workers: int | None = None, scheduler: str | None = None, threads: int | None = None,
+            preload: tuple[str, ...] = ()):
     """A `dask.distributed.Client`: on `scheduler` (an address such as tcp://host:8786), else on a new local
-    cluster of `workers` processes with one task at a time each (a task's forest runs on `local_threads`).
+    cluster of `workers` processes with one task at a time each (a task's forest runs on `local_threads`), which
+    import the modules `preload` names as they start.
 
     Raises InvalidInputError when Dask is missing or the scheduler cannot be reached."""
     distributed = _dask()
@@ -61,10 +64,10 @@ def connect(workers: int | None = None, scheduler: str | None = None, threads: i
                      "distributed.admin.system-monitor.interval": "2s",
                      "distributed.worker.memory.monitor-interval": "1s"})
     # Worker processes: the forest's numba kernels release the GIL, but reading and resampling scans do not.
-    # Workers import the localizer as they start, so that each one's first scan does not pay for it (0.9 s).
+    # Workers import the application as they start, so that each one's first scan does not pay for it (0.9 s).
     cluster = distributed.LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
                                        dashboard_address=":8787", silence_logs=logging.ERROR,
-                                       preload=["imageforest.apps.localize.api"])
+                                       preload=list(preload))
     return distributed.Client(cluster)
 
 
