@@ -37,6 +37,8 @@ REPORT_NAME = "batch_report.json"
 REPORT_VERSION = 1
 REPORT_EVERY_S = 30.0  # a running batch rewrites its report this often (and when stopped)
 GLOB_CHARS = set("*?[")
+# Suffixes a scan's name loses in its outputs' names (a DICOM series is a folder: its name is kept whole)
+SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def expand_scan_arguments(arguments: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def plan_batch(scans: list[Path], out: str | os.PathLike, outputs: dict[str, tuple[Any, str]] | None = None,
-               suffixes: tuple[str, ...] = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")) -> list[BatchItem]:
+               suffixes: tuple[str, ...] = SCAN_SUFFIXES) -> list[BatchItem]:
     """Every scan's outputs: ``<stem>.json`` in the folder `out`, and for each ``kind: (target, suffix)`` of
     `outputs` whose target is not False/None, ``<stem><suffix>`` in `out` (target True) or in the folder given (a
     suffix ending in "/" names a folder per scan). Folders are created when missing; stems are the scans' names

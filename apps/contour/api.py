@@ -44,11 +44,16 @@ def check_organs(model: OrganContourer, organs: list[str] | None) -> list[str] |
     return organs
 
 
-def localized_boxes(model: OrganContourer, localizer, scan: Image) -> np.ndarray:
-    """The localizer's boxes (n_organs, 6) mm for the contourer's organs, NaN rows for absent organs."""
+def check_localizer(model: OrganContourer, localizer) -> None:
+    """Refuse a localizer that does not find every organ the contour model needs."""
     missing = [o for o in model.organs if o not in localizer.organs]
     if missing:
         raise InvalidInputError(f"the localizer does not find {', '.join(missing)}, which the contour model needs")
+
+
+def localized_boxes(model: OrganContourer, localizer, scan: Image) -> np.ndarray:
+    """The localizer's boxes (n_organs, 6) mm for the contourer's organs, NaN rows for absent organs."""
+    check_localizer(model, localizer)
     found = localizer.localize(scan).boxes()
     return np.array([found[localizer.organs.index(o)] for o in model.organs])
 

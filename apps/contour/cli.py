@@ -1,7 +1,8 @@
 """The contourer's commands, registered by the `imageforest` command on first use.
 
     imageforest contour SCAN [SCAN ...] [-o OUT] [--model M] [--localizer L] [--organs NAME,...] [--json J]
-        [--probabilities DIR] [--split] [--overlay PNG] [--threads N]
+        [--probabilities DIR] [--split] [--format nifti|dicom-seg|rtstruct] [--overlay PNG] [--threads N]
+        [--workers N | --scheduler ADDR] [--resume]
     imageforest train-contour DATA_DIR -o MODEL.npz [--organs NAME,...] [--cases N] [--trees T] [--depth D]
 """
 
@@ -13,47 +14,59 @@ import time
 from pathlib import Path
 
 import click
-import numpy as np
 
+from imageforest.apps.contour.dicom import FORMATS
 from imageforest.apps.contour.recipe import RECIPE
 from imageforest.apps.localize.cli import split_names
+from imageforest.batches import SCAN_SUFFIXES
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
-from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
+from imageforest.outputs import check_destination, output_stems, plan_outputs
 
-SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd")
 LABEL_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
 
 
 @click.command()
 @click.argument("scans", nargs=-1, required=True)
 @click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
-              help="Label map (NIfTI, label k = the model's k-th organ) on the scan's grid; a folder for several "
-                   "scans (<name>.nii.gz) or with --split (<organ>.nii.gz per organ).")
+              help="Label map on the scan's grid (label k = the model's k-th organ): NIfTI, or .dcm with --format; "
+                   "a folder for several scans (<name>.nii.gz, <name>.dcm) or with --split (<organ>.nii.gz).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
               help="Contour model (.npz); default: the shipped head-and-neck model.")
 @click.option("--localizer", "localizer_path", type=click.Path(path_type=Path), default=None,
               help="Localizer model giving the organs' boxes; default: the shipped one.")
 @click.option("--organs", default=None, help="Comma-separated organs to report and write (default: all).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None,
-              help="JSON report: a file for one scan, a folder for several (default: stdout).")
+              help="JSON report: a file for one scan, a folder for several (default: stdout; in a batch: OUT).")
 @click.option("--probabilities", type=click.Path(path_type=Path), default=None,
               help="Folder for per-organ posterior volumes (float32 NIfTI, <organ>.nii.gz; per scan "
                    "<name>/<organ>.nii.gz for several).")
 @click.option("--split", is_flag=True, help="Write one mask per organ into the folder OUT instead of a label map.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="nifti", show_default=True,
+              help="Label map format: NIfTI, or for a DICOM series folder a DICOM-SEG or an RT Structure Set "
+                   "(contours per slice) referencing the series.")
 @click.option("--overlay", type=click.Path(path_type=Path), default=None,
               help="PNG with axial, coronal and sagittal planes through each organ and its contour (a folder for "
                    "several scans).")
 @click.option("--threads", type=int, default=None, help="Threads for the forests (default: all cores).")
+@click.option("--workers", type=int, default=None,
+              help="Contour on a local Dask cluster of N worker processes (needs -o OUT, a folder).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Contour on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (needs -o OUT, a folder).")
+@click.option("--resume", is_flag=True, help="Skip scans whose outputs are complete (needs -o OUT).")
 def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, localizer_path: Path | None,
-            organs: str | None, json_out: Path | None, probabilities: Path | None, split: bool, overlay: Path | None,
-            threads: int | None) -> None:
+            organs: str | None, json_out: Path | None, probabilities: Path | None, split: bool, fmt: str,
+            overlay: Path | None, threads: int | None, workers: int | None, scheduler: str | None,
+            resume: bool) -> None:
     """Contour organs in CT SCANs (NIfTI, NRRD, MHA or a DICOM folder): a label map and a JSON report per scan.
 
     The localizer finds each organ's box; an entangled forest labels the voxels inside. An organ the localizer
-    calls absent gets no voxels."""
+    calls absent gets no voxels. A SCAN may be @LIST (a file listing one scan per line) or a quoted glob. With
+    --workers, --scheduler or --resume the scans are a batch: each scan's outputs go to the folder OUT as it
+    finishes (JSON in --json or OUT), and batch_report.json beside the JSON reports every scan."""
     t_start = time.perf_counter()
-    from imageforest.apps.localize.batch import expand_scan_arguments
+    from imageforest.apps.contour.batch import LABEL_SUFFIX
+    from imageforest.batches import expand_scan_arguments
 
     try:
         scan_list = expand_scan_arguments(scans)
@@ -61,10 +74,24 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         raise _fail(str(exc)) from None
     if threads is not None and threads < 1:
         raise _fail(f"--threads must be at least 1, got {threads}")
+    if split and fmt != "nifti":
+        raise _fail(f"--split writes one NIfTI mask per organ; a {fmt} file holds every organ: drop one of them")
+    if fmt != "nifti" and out is None:
+        raise _fail(f"--format {fmt} describes the label map: give -o OUT")
+    if fmt != "nifti":
+        bad = [s for s in scan_list if not s.is_dir()]
+        if bad:
+            raise _fail(f"{bad[0]}: --format {fmt} references the scan's DICOM series; give the series folder as "
+                        "the scan (or --format nifti)")
+    if workers is not None or scheduler is not None or resume:
+        _contour_batch(scan_list, model_path, localizer_path, split_names(organs), out, json_out, probabilities,
+                       overlay, split, fmt, threads, workers, scheduler, resume)
+        return
     many = len(scan_list) > 1
-    if out is not None and not many and not split and not out.name.lower().endswith(LABEL_SUFFIXES):
-        raise _fail(f"-o/--out: {out}: write the label map as one of {', '.join(LABEL_SUFFIXES)} (or give --split "
-                    "and a folder)")
+    suffixes = LABEL_SUFFIXES if fmt == "nifti" else (".dcm",)
+    if out is not None and not many and not split and not out.name.lower().endswith(suffixes):
+        raise _fail(f"-o/--out: {out}: write the label map as one of {', '.join(suffixes)}"
+                    + (" (or give --split and a folder)" if fmt == "nifti" else ""))
     if split and out is None:
         raise _fail("--split writes one mask per organ into a folder: give -o OUT")
     if overlay is not None and not many and overlay.suffix.lower() != ".png":
@@ -74,11 +101,11 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
              "overlay": plan_outputs(overlay, scan_list, stems, "_overlay.png", "--overlay"),
              "out": ([None] * len(scan_list) if out is None else
                      _folders(out, stems, many, "-o/--out") if split else
-                     plan_outputs(out, scan_list, stems, ".nii.gz", "-o/--out")),
+                     plan_outputs(out, scan_list, stems, LABEL_SUFFIX[fmt], "-o/--out")),
              "probabilities": ([None] * len(scan_list) if probabilities is None
                                else _folders(probabilities, stems, many, "--probabilities"))}
     try:
-        from imageforest.apps.contour.api import check_organs, contour_file, load_contourer
+        from imageforest.apps.contour.api import check_localizer, check_organs, contour_file, load_contourer
         from imageforest.apps.localize.api import load_localizer
 
         model = load_contourer(model_path)
@@ -86,8 +113,12 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         if threads is not None:
             model.n_jobs = localizer.n_jobs = threads
         wanted = check_organs(model, split_names(organs))
+        check_localizer(model, localizer)
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
+    from imageforest import __version__
+    from imageforest.apps.contour.outputs import ScanOutputs, write_outputs
+
     t_model = time.perf_counter() - t_start
     documents, failures = [], 0
     for k, scan in enumerate(scan_list):
@@ -97,8 +128,9 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
             document, contours, image = contour_file(scan, model, localizer, wanted)
             if not documents:
                 document["timing_s"]["model_load"] = round(t_model, 4)
-            _write(document, contours, image, model, wanted, {key: plan[k] for key, plan in plans.items()}, split,
-                   scan.name)
+            where = ScanOutputs(plans["json"][k], plans["out"][k], plans["probabilities"][k], plans["overlay"][k],
+                                split, fmt)
+            write_outputs(document, contours, image, model.organs, wanted, where, scan.name, __version__)
         except (ImageForestError, OSError) as exc:
             failures += 1
             click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
@@ -123,39 +155,27 @@ def _folders(target: Path, stems: list[str], many: bool, what: str) -> list[Path
     return [target / stem for stem in stems] if many else [target]
 
 
-def _write(document: dict, contours, image, model, wanted, paths: dict, split: bool, title: str) -> None:
-    """A scan's outputs, moved into place together (or none)."""
-    from imageforest.imaging.io import Image, write_image
-    from imageforest.outputs import write_json
+def _contour_batch(scans: list[Path], model_path: Path | None, localizer_path: Path | None,
+                   organs: list[str] | None, out: Path | None, json_out: Path | None, probabilities: Path | None,
+                   overlay: Path | None, split: bool, fmt: str, threads: int | None, workers: int | None,
+                   scheduler: str | None, resume: bool) -> None:
+    """`contour` over a batch: in this process (--resume alone) or on a Dask cluster; exit code 1 when any scan
+    failed."""
+    if out is None:
+        raise _fail("--workers, --scheduler and --resume write into a folder: give -o OUT")
+    from imageforest.apps.contour.batch import ContourJob, plan_contour_batch
+    from imageforest.batch_command import run_batch_command
 
-    labels = contours.labels
-    chosen = [k for k, name in enumerate(model.organs) if not wanted or name in wanted]
-    if wanted:
-        keep = labels.array.copy()
-        keep[~np.isin(keep, [k + 1 for k in chosen])] = 0
-        labels = Image(keep, labels.spacing, labels.origin, labels.direction, source=labels.source)
-    with StagedOutputs() as staged:
-        if paths["json"] is not None:
-            write_json(document, staged.path(paths["json"]), indent=2)
-        if paths["out"] is not None:
-            if split:
-                paths["out"].mkdir(parents=True, exist_ok=True)
-                for k in chosen:
-                    mask = Image((labels.array == k + 1).astype("uint8"), labels.spacing, labels.origin,
-                                 labels.direction)
-                    write_image(mask, staged.path(paths["out"] / f"{model.organs[k]}.nii.gz"))
-            else:
-                write_image(labels, staged.path(paths["out"]))
-        if paths["probabilities"] is not None and contours.posterior is not None:
-            paths["probabilities"].mkdir(parents=True, exist_ok=True)
-            for k in chosen:
-                prob = Image(contours.posterior[k].astype("float32"), labels.spacing, labels.origin,
-                             labels.direction)
-                write_image(prob, staged.path(paths["probabilities"] / f"{model.organs[k]}.nii.gz"))
-        if paths["overlay"] is not None:
-            from imageforest.apps.contour.overlay import write_overlay
-
-            write_overlay(contours, model.organs, staged.path(paths["overlay"]), image, title=title, organs=wanted)
+    absolute = lambda p: None if p is None else p.absolute()  # noqa: E731
+    model = None if model_path is None else str(model_path.resolve())
+    localizer = None if localizer_path is None else str(localizer_path.resolve())
+    json_dir = absolute(json_out) or out.absolute()
+    # Absolute paths: a remote worker runs in a folder of its own (the JSON's "scan" names the absolute path).
+    run_batch_command(lambda n: ContourJob(model, localizer, tuple(organs) if organs else None, n, split, fmt),
+                      lambda: plan_contour_batch([s.absolute() for s in scans], json_dir, out.absolute(),
+                                                 absolute(probabilities), absolute(overlay), split, fmt),
+                      json_dir, workers=workers, scheduler=scheduler, threads=threads, resume=resume,
+                      verb="contoured", model_name=model or "default", preload=("imageforest.apps.contour.api",))
 
 
 def table(document: dict) -> str:

@@ -18,14 +18,13 @@ from pathlib import Path
 
 from imageforest.batches import (  # noqa: F401  (expand_scan_arguments and is_complete are part of this API)
     REPORT_NAME,
+    SCAN_SUFFIXES,
     BatchItem,
     expand_scan_arguments,
     is_complete,
     run_batch,
 )
 from imageforest.batches import plan_batch as _plan_batch
-
-SCAN_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha", ".mhd")
 
 
 @dataclass(frozen=True)

@@ -164,3 +164,133 @@ def test_train_contour_command(tmp_path: Path):
     assert model.entangled_depths == () and model.model_card_["cases"] == ["ph0", "ph1"]
     line = one_line_error(run("train-contour", data, "-o", tmp_path / "m2.npz"))
     assert "--organs" in line
+
+
+def test_batch_in_process_reports_every_scan_and_resumes(trained, tmp_path: Path):
+    from imageforest.apps.contour.batch import contour_many
+    from imageforest.batches import REPORT_NAME
+
+    root, _, cases = trained
+    write_image(cases[3][0], tmp_path / "other_ct.nii.gz")
+    (tmp_path / "broken_ct.nii.gz").write_bytes(b"not a scan")
+    scans = [root / "scan.nii.gz", tmp_path / "broken_ct.nii.gz", tmp_path / "other_ct.nii.gz"]
+    out = tmp_path / "labels"
+    report = contour_many(scans, out, json=tmp_path / "docs", model=root / "model.npz", split=True,
+                          probabilities=tmp_path / "prob")
+    assert [e["status"] for e in report["entries"]] == ["ok", "failed", "ok"]
+    assert report["entries"][1]["error"].startswith("ImageReadError") and report["entries"][1]["attempts"] == 2
+    assert json.loads((tmp_path / "docs" / REPORT_NAME).read_text())["ok"] == 2
+    document = json.loads((tmp_path / "docs" / "other_ct.json").read_text())
+    assert document["scan"] == str(tmp_path / "other_ct.nii.gz") and "model_load" in document["timing_s"]
+    present = [o["name"] for o in document["organs"] if o["present"]]
+    assert sorted(p.name for p in (out / "other_ct").iterdir()) == sorted(f"{n}.nii.gz" for n in ORGANS)
+    assert (tmp_path / "prob" / "scan" / "Brainstem.nii.gz").is_file() and present
+    # a JSON cut short is not complete: --resume redoes that scan only
+    (tmp_path / "docs" / "other_ct.json").write_text('{"scan": ')
+    again = contour_many(scans, out, json=tmp_path / "docs", model=root / "model.npz", split=True,
+                         probabilities=tmp_path / "prob", resume=True)
+    assert [e["status"] for e in again["entries"]] == ["skipped", "failed", "ok"]
+    listing = tmp_path / "scans.txt"
+    listing.write_text(f"{scans[0]}\n{scans[2]}\n")
+    r = run("contour", f"@{listing}", "--model", root / "model.npz", "-o", tmp_path / "cli", "--resume")
+    assert r.exit_code == 0 and "2 contoured, 0 failed, 0 skipped" in r.stderr, r.output
+    assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["batch_report.json", "other_ct.json",
+                                                                  "other_ct.nii.gz", "scan.json", "scan.nii.gz"]
+    r = run("contour", f"@{listing}", "--model", root / "model.npz", "-o", tmp_path / "cli", "--resume")
+    assert r.exit_code == 0 and "0 contoured, 0 failed, 2 skipped" in r.stderr, r.output
+    assert "give -o OUT" in one_line_error(run("contour", scans[0], "--model", root / "model.npz", "--resume"))
+    assert "not both" in one_line_error(run("contour", scans[0], "-o", tmp_path / "x", "--workers", "1",
+                                            "--scheduler", "tcp://127.0.0.1:1"))
+
+
+def _write_dicom_series(ct, folder: Path) -> None:
+    """A CT series (one uncompressed slice per file) of a volume with an identity direction, as a scanner's
+    export would hold it."""
+    from pydicom.dataset import FileDataset, FileMetaDataset
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
+    folder.mkdir()
+    study, series, frame = generate_uid(), generate_uid(), generate_uid()
+    arr = np.asarray(ct.array)
+    for k in range(arr.shape[0]):
+        meta = FileMetaDataset()
+        meta.MediaStorageSOPClassUID = CTImageStorage
+        meta.MediaStorageSOPInstanceUID = generate_uid()
+        meta.TransferSyntaxUID = ExplicitVRLittleEndian
+        ds = FileDataset(str(folder / f"s{k:03d}.dcm"), {}, file_meta=meta, preamble=b"\0" * 128)
+        ds.SOPClassUID, ds.SOPInstanceUID = CTImageStorage, meta.MediaStorageSOPInstanceUID
+        ds.StudyInstanceUID, ds.SeriesInstanceUID, ds.FrameOfReferenceUID = study, series, frame
+        ds.Modality, ds.PatientName, ds.PatientID, ds.StudyDate = "CT", "Phantom^Head", "ph4", "20260101"
+        ds.SeriesNumber, ds.InstanceNumber = 1, k + 1
+        ds.ImagePositionPatient = [float(v) for v in ct.index_to_physical(np.array([[0, 0, k]]))[0]]
+        ds.ImageOrientationPatient = [1, 0, 0, 0, 1, 0]
+        ds.PixelSpacing = [float(ct.spacing[1]), float(ct.spacing[0])]
+        ds.SliceThickness = float(ct.spacing[2])
+        ds.Rows, ds.Columns = arr.shape[1], arr.shape[2]
+        ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+        ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
+        ds.RescaleIntercept, ds.RescaleSlope = 0, 1
+        ds.PixelData = arr[k].astype(np.int16).tobytes()
+        ds.save_as(folder / f"s{k:03d}.dcm", enforce_file_format=True)
+
+
+def test_dicom_seg_and_rtstruct_reference_the_series_and_match_the_label_map(trained, tmp_path: Path):
+    pydicom = pytest.importorskip("pydicom", reason="DICOM outputs are the extra imageforest[dicom]")
+    pytest.importorskip("highdicom", reason="DICOM outputs are the extra imageforest[dicom]")
+    from skimage.draw import polygon
+
+    root, _, cases = trained
+    series = tmp_path / "series"
+    _write_dicom_series(cases[4][0], series)
+    slices = [pydicom.dcmread(f) for f in sorted(series.iterdir())]
+    by_uid = {s.SOPInstanceUID: k for k, s in enumerate(slices)}
+    model = ["--model", root / "model.npz"]
+    r = run("contour", series, *model, "-o", tmp_path / "labels.nii.gz", "--json", tmp_path / "d.json")
+    assert r.exit_code == 0, r.output
+    labels = read_image(tmp_path / "labels.nii.gz").array
+    present = [o for o in json.loads((tmp_path / "d.json").read_text())["organs"] if o["present"]]
+    assert len(present) >= 4
+
+    r = run("contour", series, *model, "--format", "dicom-seg", "-o", tmp_path / "seg.dcm")
+    assert r.exit_code == 0, r.output
+    seg = pydicom.dcmread(tmp_path / "seg.dcm")
+    assert seg.Modality == "SEG" and seg.StudyInstanceUID == slices[0].StudyInstanceUID
+    assert seg.ReferencedSeriesSequence[0].SeriesInstanceUID == slices[0].SeriesInstanceUID
+    assert [s.SegmentLabel for s in seg.SegmentSequence] == [o["name"] for o in present]
+    rebuilt = np.zeros_like(labels)
+    frames = seg.pixel_array.reshape(-1, *labels.shape[1:])
+    for frame, groups in zip(frames, seg.PerFrameFunctionalGroupsSequence, strict=True):
+        number = groups.SegmentIdentificationSequence[0].ReferencedSegmentNumber
+        source = groups.DerivationImageSequence[0].SourceImageSequence[0].ReferencedSOPInstanceUID
+        rebuilt[by_uid[source]][frame > 0] = present[number - 1]["label"]
+    assert np.array_equal(rebuilt, labels)
+
+    r = run("contour", series, *model, "--format", "rtstruct", "-o", tmp_path / "rt.dcm")
+    assert r.exit_code == 0, r.output
+    rt = pydicom.dcmread(tmp_path / "rt.dcm")
+    assert rt.Modality == "RTSTRUCT" and rt.StudyInstanceUID == slices[0].StudyInstanceUID
+    referenced = rt.ReferencedFrameOfReferenceSequence[0].RTReferencedStudySequence[0].RTReferencedSeriesSequence[0]
+    assert referenced.SeriesInstanceUID == slices[0].SeriesInstanceUID
+    assert [roi.ROIName for roi in rt.StructureSetROISequence] == list(ORGANS)
+    spacing, origin = slices[0].PixelSpacing, np.asarray(slices[0].ImagePositionPatient, dtype=float)
+    for roi in rt.ROIContourSequence:
+        label = int(roi.ReferencedROINumber)
+        drawn = np.zeros(labels.shape, bool)
+        for item in getattr(roi, "ContourSequence", []):
+            k = by_uid[item.ContourImageSequence[0].ReferencedSOPInstanceUID]
+            xyz = np.asarray(item.ContourData, dtype=float).reshape(-1, 3)
+            assert np.allclose(xyz[:, 2], float(slices[k].ImagePositionPatient[2]))
+            rows, cols = polygon((xyz[:, 1] - origin[1]) / float(spacing[0]),
+                                 (xyz[:, 0] - origin[0]) / float(spacing[1]), labels.shape[1:])
+            drawn[k][rows, cols] ^= True  # an inner contour (a hole) toggles its pixels back
+        truth = labels == label
+        assert drawn.any() == truth.any()
+        if truth.sum() > 20:
+            assert _dice(drawn, truth) > 0.8, roi.ReferencedROINumber
+
+    assert "DICOM series" in one_line_error(run("contour", root / "scan.nii.gz", *model, "--format", "rtstruct",
+                                                "-o", tmp_path / "x.dcm"))
+    assert "--split" in one_line_error(run("contour", series, *model, "--format", "dicom-seg", "--split", "-o",
+                                           tmp_path / "y"))
+    assert ".dcm" in one_line_error(run("contour", series, *model, "--format", "dicom-seg", "-o",
+                                        tmp_path / "z.nii.gz"))
