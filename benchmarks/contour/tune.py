@@ -1,0 +1,79 @@
+"""Choose the contourer's prediction-time settings (those that need no retraining: the box atlas's weight, the
+background scale) by validation inside the training folds, never on the scans a figure is reported on.
+
+    python benchmarks/contour/tune.py ../shared/data/openkbp-hn --fold 0 --train-cases 20 --val-cases 10 \
+        --grid prior_weight=0,0.5,1,2 --grid background_scale=1,1.5,2
+
+For fold F of the same split as `cross_validate.py` (same seed), the forest trains on the first `--train-cases`
+scans of the other folds and every combination of the grid is scored (mean Dice over the organs, localizer boxes)
+on the next `--val-cases` scans of those folds; fold F's own scans are never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.contour.cross_validate import localizer_boxes
+from benchmarks.contour.scores import organ_scores
+from imageforest.apps.contour.model import OrganContourer
+from imageforest.apps.contour.recipe import RECIPE
+from imageforest.imaging.ct import read_scan
+from imageforest.imaging.ct_organs import openkbp_cases
+from imageforest.imaging.io import read_image
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--train-cases", type=int, default=20)
+    ap.add_argument("--val-cases", type=int, default=10)
+    ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="training setting (JSON)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    cases, organs = openkbp_cases(args.data)
+    fold_of = np.random.default_rng(args.seed).permutation(len(cases)) % args.folds
+    pool = [int(i) for i in np.flatnonzero(fold_of != args.fold)]
+    train, val = pool[:args.train_cases], pool[args.train_cases:args.train_cases + args.val_cases]
+    grid = {k: [json.loads(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
+    overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    used = train + val
+    scans = {i: read_scan(cases[i].scan) for i in used}
+    labels = {i: np.asarray(read_image(cases[i].labels).array) for i in used}
+    given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
+                            Path("bench_out/contour_localizer_boxes.json"))
+    t0 = time.perf_counter()
+    model = OrganContourer(**{**RECIPE, **overrides, "organs": tuple(organs), "random_state": args.seed}).fit_scans(
+        [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
+    print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}", flush=True)
+    rows = []
+    for combo in itertools.product(*grid.values()):
+        setting = dict(zip(grid, combo, strict=True))
+        for k, v in setting.items():
+            setattr(model, k, v)
+        dice = []
+        for i in val:
+            pred = model.contour(scans[i], np.asarray(given[cases[i].name], dtype=np.float64)).labels.array
+            dice.append(organ_scores(pred, labels[i], len(organs), scans[i].spacing[::-1], ())["dice"])
+        per = np.nanmean(np.array(dice, dtype=np.float64), axis=0)
+        rows.append((float(np.nanmean(per)), setting, per))
+        print(f"{setting}: mean Dice {np.nanmean(per):.3f} | "
+              + " ".join(f"{o[:8]} {d:.3f}" for o, d in zip(organs, per, strict=True)), flush=True)
+    best = max(rows, key=lambda r: r[0])
+    print(f"best {best[1]}: {best[0]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
