@@ -16,7 +16,7 @@ import numpy as np
 from scipy import ndimage
 
 from imageforest.estimators.params import Anything, Boolean, Integer, Real, Rule, check_params
-from imageforest.exceptions import InvalidInputError
+from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.ct_organs import box_to_index
 from imageforest.imaging.entangled import EntangledForest
 from imageforest.imaging.io import Image
@@ -93,6 +93,29 @@ def organ_masks(image: Image, bounds: np.ndarray, boxes: np.ndarray, margin_mm: 
     return out
 
 
+# The box atlas covers normalised box coordinates in this range on every axis (0..1: the organ's box), so that it
+# also knows how often an organ reaches beyond a box the localizer drew too small.
+ATLAS_RANGE = (-0.5, 1.5)
+ATLAS_SMOOTHING = 1.0  # bins (Gaussian sigma)
+
+
+def box_coordinates(image: Image, box: np.ndarray) -> np.ndarray:
+    """Every voxel's position relative to `box` (6,) mm: (z, y, x, 3) float32, (x, y, z) order, 0 and 1 at the
+    box's walls."""
+    nz, ny, nx = image.array.shape[:3]
+    zz, yy, xx = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
+    xyz = image.index_to_physical(np.c_[xx.ravel(), yy.ravel(), zz.ravel()])
+    lo, hi = box[0::2], box[1::2]
+    return ((xyz - lo) / np.maximum(hi - lo, 1e-3)).astype(np.float32).reshape(nz, ny, nx, 3)
+
+
+def atlas_index(coords: np.ndarray, bins: int) -> np.ndarray:
+    """Normalised box coordinates (..., 3) -> continuous atlas indices (3, ...) in (z, y, x) order, for
+    `scipy.ndimage.map_coordinates` (bin centres at integers)."""
+    lo, hi = ATLAS_RANGE
+    return np.moveaxis((coords[..., ::-1] - lo) / (hi - lo) * bins - 0.5, -1, 0)
+
+
 class OrganContourer(EntangledForest):
     """Organ contours in CT scans by an entangled forest inside the localizer's boxes.
 
@@ -115,6 +138,12 @@ class OrganContourer(EntangledForest):
         share of the region's voxels, so the leaves over-state them; > 1 trims them back.
     largest_component : bool
         Keep each organ's largest connected component only.
+    prior_weight : float
+        Weight a of the box atlas: each organ's posterior is multiplied by ((p + 0.02) / 1.02)^a, p the share of
+        training scans in which the organ covered the voxel's position relative to its (jittered) box; 0 ignores
+        the atlas.
+    atlas_bins : int
+        Atlas bins per axis over box coordinates -0.5..1.5.
     other parameters
         As for `EntangledForest`.
     """
@@ -124,11 +153,12 @@ class OrganContourer(EntangledForest):
         **EntangledForest.parameter_constraints, "organs": Anything(), "margin_mm": Real(0.0, 500.0),
         "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
         "background_points": Integer(1, 10_000_000), "background_scale": Real(0.0, 1000.0, low_open=True),
-        "largest_component": Boolean()}
+        "largest_component": Boolean(), "prior_weight": Real(0.0, 100.0), "atlas_bins": Integer(2, 64)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale: float = 2.0,
-                 largest_component: bool = True, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
+                 largest_component: bool = True, prior_weight: float = 0.0, atlas_bins: int = 20,
+                 n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
@@ -149,6 +179,8 @@ class OrganContourer(EntangledForest):
         self.background_points = background_points
         self.background_scale = background_scale
         self.largest_component = largest_component
+        self.prior_weight = prior_weight
+        self.atlas_bins = atlas_bins
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -168,12 +200,25 @@ class OrganContourer(EntangledForest):
             raise InvalidInputError(f"the classes must be 0 (background) and 1..{len(self.organs)}, one per organ")
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
+        atlas = arrays.get("prior.atlas")
+        if atlas is not None:
+            shape = (len(self.organs), *(int(self.atlas_bins),) * 3)
+            if atlas.dtype != np.float32 or atlas.shape != shape or not np.all((atlas >= 0) & (atlas <= 1)):
+                raise ModelFormatError(f"prior.atlas must be float32 {shape} in [0, 1]")
+            self.box_atlas_ = atlas
+        else:  # a model from before the box atlas
+            self.__dict__.pop("box_atlas_", None)
+
+    def leaf_arrays(self) -> dict[str, np.ndarray]:
+        atlas = getattr(self, "box_atlas_", None)
+        return {**super().leaf_arrays(), **({"prior.atlas": atlas} if atlas is not None else {})}
 
     # -- training -----------------------------------------------------------------------------------------
     def training_region(self, scan: Image, labels: np.ndarray, boxes: np.ndarray, rng: np.random.Generator
-                        ) -> tuple[Image, np.ndarray, np.ndarray, np.ndarray] | None:
-        """One training scan's crop, region mask, points (m, 3) z, y, x in the crop and their labels (m,):
-        the region around the true `boxes` (n_organs, 6) mm moved by the jitter; None if no organ is present."""
+                        ) -> tuple[Image, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """One training scan's crop, region mask, points (m, 3) z, y, x in the crop and their labels (m,), the
+        crop's label map and the jittered boxes: the region around the true `boxes` (n_organs, 6) mm moved by the
+        jitter; None if no organ is present."""
         boxes = boxes + rng.normal(0.0, self.jitter_mm, boxes.shape) if self.jitter_mm > 0 else boxes
         region = region_bounds(scan, boxes, self.margin_mm)
         if region is None:
@@ -197,7 +242,7 @@ class OrganContourer(EntangledForest):
             values.append(np.full(take.size, value, dtype=np.int64))
         flat, first = np.unique(np.concatenate(picks), return_index=True)  # a voxel drawn twice counts once
         zyx = np.c_[np.unravel_index(flat, lab.shape)].astype(np.int32)
-        return crop, mask, zyx, np.concatenate(values)[first]
+        return crop, mask, zyx, np.concatenate(values)[first], lab, boxes
 
     @staticmethod
     def _region_mask(bounds: np.ndarray, region: np.ndarray) -> np.ndarray:
@@ -216,11 +261,15 @@ class OrganContourer(EntangledForest):
             raise InvalidInputError("give the organ names (organs=...) before training")
         rng = np.random.default_rng(self.random_state)
         crops, masks, points, labels = [], [], [], []
+        bins = int(self.atlas_bins)
+        hits = np.zeros((len(self.organs), bins, bins, bins))
+        seen = np.zeros_like(hits)
         for scan, lab, box in zip(scans, label_maps, boxes, strict=True):
             got = self.training_region(scan, np.asarray(lab), np.asarray(box, dtype=np.float64), rng)
             if got is None:
                 continue
-            crop, mask, zyx, values = got
+            crop, mask, zyx, values, crop_labels, jittered = got
+            self._count_atlas(crop, crop_labels, jittered, hits, seen)
             points.append(np.c_[np.full(zyx.shape[0], len(crops)), zyx])
             labels.append(values)
             crops.append(crop)
@@ -232,10 +281,43 @@ class OrganContourer(EntangledForest):
         if missing:
             raise InvalidInputError(f"no training voxel of {', '.join(self._name(c) for c in sorted(missing))}")
         self.fit(crops, np.concatenate(points), labels, regions=masks)
+        # Counts smoothed over neighbouring bins: an organ a few voxels across samples its box coordinates
+        # coarser than the bins, which would leave bins between the voxels' positions empty
+        hits = ndimage.gaussian_filter(hits, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
+        seen = ndimage.gaussian_filter(seen, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
+        self.box_atlas_ = np.clip(hits / np.maximum(seen, 1e-3), 0.0, 1.0).astype(np.float32)
         spacing = np.median([np.asarray(s.spacing, dtype=np.float64) for s in scans], axis=0)
         self.training_summary_ = {**getattr(self, "training_summary_", {}), "scans": len(crops),
                                   "voxels": int(labels.size), "spacing_mm": [round(float(v), 3) for v in spacing]}
         return self
+
+    def _count_atlas(self, crop: Image, labels: np.ndarray, boxes: np.ndarray, hits: np.ndarray,
+                     seen: np.ndarray) -> None:
+        """Add one scan to the box atlas: per organ with a box, how many of the crop's voxels fall in each bin of
+        box coordinates (`seen`) and how many of them are the organ (`hits`)."""
+        bins = hits.shape[1]
+        for k, box in enumerate(boxes):
+            if np.isnan(box).any():
+                continue
+            index = np.floor(atlas_index(box_coordinates(crop, box), bins) + 0.5).astype(np.int64)
+            inside = np.all((index >= 0) & (index < bins), axis=0)
+            flat = np.ravel_multi_index(tuple(i[inside] for i in index), (bins,) * 3)
+            seen[k] += np.bincount(flat, minlength=bins ** 3).reshape((bins,) * 3)
+            organ = (labels == k + 1)[inside]
+            hits[k] += np.bincount(flat[organ], minlength=bins ** 3).reshape((bins,) * 3)
+
+    def box_prior(self, crop: Image, boxes: np.ndarray) -> np.ndarray | None:
+        """(n_organs, z, y, x) float32: the box atlas read at each voxel of `crop` relative to each organ's box
+        (0 for absent organs); None without an atlas."""
+        atlas = getattr(self, "box_atlas_", None)
+        if atlas is None:
+            return None
+        out = np.zeros((len(self.organs), *crop.array.shape[:3]), dtype=np.float32)
+        for k, box in enumerate(boxes):
+            if not np.isnan(box).any():
+                index = atlas_index(box_coordinates(crop, box), atlas.shape[1])
+                out[k] = ndimage.map_coordinates(atlas[k], index, order=1, mode="constant", cval=0.0)
+        return out
 
     def _name(self, label: int) -> str:
         return "background" if label == 0 else self.organs[label - 1]
@@ -261,6 +343,9 @@ class OrganContourer(EntangledForest):
         post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
         allowed = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= allowed
+        prior = self.box_prior(crop, boxes) if self.prior_weight > 0 else None
+        if prior is not None:
+            post[1:] *= ((prior + 0.02) / 1.02) ** self.prior_weight
         post[0] *= self.background_scale
         crop_labels = np.argmax(post, axis=0).astype(np.uint8)
         crop_labels[~mask] = 0

@@ -91,6 +91,43 @@ def test_model_file_round_trip_and_forged_stages(trained, tmp_path):
         OrganContourer.load(tmp_path / "forged.npz")
 
 
+def test_box_atlas_knows_where_organs_sit_in_their_boxes_and_survives_the_model_file(trained, tmp_path):
+    from imageforest.apps.contour.model import box_coordinates
+
+    root, model, cases = trained
+    atlas = model.box_atlas_
+    assert atlas.shape == (len(ORGANS), 20, 20, 20) and atlas.dtype == np.float32
+    # bins 5..14 cover the box itself (coordinates 0..1 of -0.5..1.5): the organs fill part of their boxes
+    # (10-75% on these 8 mm phantoms, blurred by the boxes' jitter) and far less of the margin beyond
+    shell = np.ones((20, 20, 20), bool)
+    shell[3:17, 3:17, 3:17] = False
+    inside, outside = atlas[:, 5:15, 5:15, 5:15].mean(axis=(1, 2, 3)), atlas[:, shell].mean(axis=1)
+    assert np.all(inside > 0.02) and np.all(outside < inside / 3), (inside, outside)
+    ct, lab, boxes = cases[4]
+    prior = model.box_prior(ct, boxes)
+    truth = np.asarray(lab.array)
+    for k in range(len(ORGANS)):  # the atlas read in a new scan's boxes is higher on the organ than off it
+        assert prior[k][truth == k + 1].mean() > 2 * prior[k][truth != k + 1].mean()
+    coords = box_coordinates(ct, boxes[0])
+    assert coords.shape == (*ct.array.shape, 3)
+    loaded = OrganContourer.load(root / "model.npz")
+    assert np.array_equal(loaded.box_atlas_, atlas)
+    loaded.prior_weight = 1.0
+    weighted = loaded.contour(ct, boxes).labels.array
+    scores = [_dice(weighted == k + 1, truth == k + 1) for k in range(len(ORGANS))]
+    assert np.mean(scores) > 0.35, scores
+    meta, arrays = load_model(root / "model.npz")
+    arrays["prior.atlas"] = arrays["prior.atlas"] * 2
+    save_model(tmp_path / "forged.npz", meta, arrays)
+    with pytest.raises(ModelFormatError, match=r"prior\.atlas"):
+        OrganContourer.load(tmp_path / "forged.npz")
+    del arrays["prior.atlas"]  # a model from before the atlas loads and contours without it
+    save_model(tmp_path / "old.npz", meta, arrays)
+    old = OrganContourer.load(tmp_path / "old.npz")
+    old.prior_weight = 1.0
+    assert np.array_equal(old.contour(ct, boxes).labels.array, model.contour(ct, boxes).labels.array)
+
+
 def test_training_refuses_what_it_cannot_learn_from():
     ct, lab, boxes = _case(0)
     with pytest.raises(InvalidInputError, match="organ names"):
