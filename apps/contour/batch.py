@@ -66,7 +66,7 @@ class ContourJob:
             check_dicom_source(item.scan, self.fmt)
         model, localizer = models
         organs = list(self.organs) if self.organs else None
-        document, contours, scan = contour_file(item.scan, model, localizer, organs)
+        document, contours, scan = contour_file(item.scan, model, localizer, organs, item.probabilities is not None)
         document["timing_s"].update(timing)
         where = ScanOutputs(item.json, item.out, item.probabilities, item.overlay, self.split, self.fmt)
         write_outputs(document, contours, scan, model.organs, organs, where, item.scan.name, __version__)

@@ -125,7 +125,7 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         if len(scan_list) > 3:
             click.echo(f"[{k + 1}/{len(scan_list)}] {scan}", err=True)
         try:
-            document, contours, image = contour_file(scan, model, localizer, wanted)
+            document, contours, image = contour_file(scan, model, localizer, wanted, probabilities is not None)
             if not documents:
                 document["timing_s"]["model_load"] = round(t_model, 4)
             where = ScanOutputs(plans["json"][k], plans["out"][k], plans["probabilities"][k], plans["overlay"][k],

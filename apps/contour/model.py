@@ -33,12 +33,15 @@ class Contours:
     region : (6,) int inclusive (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi) voxel bounds of the contoured region, or None
         when no organ was present
     present : (n_organs,) bool, the localizer's presence
+    mean_posterior : (n_organs,) float, each organ's mean posterior over its voxels on the grid the forest ran on
+        (NaN without voxels), or None
     """
 
     labels: Image
     posterior: np.ndarray | None
     region: np.ndarray | None
     present: np.ndarray
+    mean_posterior: np.ndarray | None = None
 
 
 def widen(box: np.ndarray, mm: float) -> np.ndarray:
@@ -336,7 +339,7 @@ class OrganContourer(EntangledForest):
         region = region_bounds(scan, boxes, self.margin_mm)
         out = Image(labels, scan.spacing.copy(), scan.origin.copy(), scan.direction.copy(), source=scan.source)
         if region is None:
-            return Contours(out, None, None, present)
+            return Contours(out, None, None, present, np.full(len(self.organs), np.nan))
         bounds = crop_bounds(scan, region, self.crop_mm)
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
@@ -355,8 +358,11 @@ class OrganContourer(EntangledForest):
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
         total = np.maximum(post.sum(axis=0), 1e-12)
-        full[:, z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = post[1:] / total
-        return Contours(out, full, region, present)
+        share = post[1:] / total
+        full[:, z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = share
+        means = np.array([share[k][crop_labels == k + 1].mean() if np.any(crop_labels == k + 1) else np.nan
+                          for k in range(len(self.organs))])
+        return Contours(out, full, region, present, means)
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:
