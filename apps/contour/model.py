@@ -15,7 +15,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import ndimage
 
-from imageforest.estimators.params import Anything, Boolean, Integer, Real, Rule, check_params
+from imageforest.estimators.params import Anything, Boolean, Integer, Real, RealEach, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.ct_organs import box_to_index
 from imageforest.imaging.entangled import EntangledForest
@@ -136,12 +136,12 @@ class OrganContourer(EntangledForest):
         Training regions sit around the true boxes moved by N(0, jitter_mm) per wall.
     organ_points, background_points : int
         Training voxels per organ and of background, per scan.
-    background_scale : float
-        The background posterior is multiplied by this before the arg-max: organs are sampled far above their
-        share of the region's voxels, so the leaves over-state them; > 1 trims them back.
+    background_scale : float or tuple of float (one per organ)
+        Each organ's posterior is divided by this before the arg-max against the background: organs are sampled
+        far above their share of the region's voxels, so the leaves over-state them; > 1 trims them back.
     largest_component : bool
         Keep each organ's largest connected component only.
-    prior_weight : float
+    prior_weight : float or tuple of float (one per organ)
         Weight a of the box atlas: each organ's posterior is multiplied by ((p + 0.02) / 1.02)^a, p the share of
         training scans in which the organ covered the voxel's position relative to its (jittered) box; 0 ignores
         the atlas.
@@ -155,8 +155,8 @@ class OrganContourer(EntangledForest):
     parameter_constraints: ClassVar[dict[str, Rule]] = {
         **EntangledForest.parameter_constraints, "organs": Anything(), "margin_mm": Real(0.0, 500.0),
         "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
-        "background_points": Integer(1, 10_000_000), "background_scale": Real(0.0, 1000.0, low_open=True),
-        "largest_component": Boolean(), "prior_weight": Real(0.0, 100.0), "atlas_bins": Integer(2, 64)}
+        "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
+        "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale: float = 2.0,
@@ -189,6 +189,9 @@ class OrganContourer(EntangledForest):
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
         hyper = dict(hyper)
         hyper["organs"] = tuple(hyper.get("organs", ()))
+        for key in ("background_scale", "prior_weight"):
+            if isinstance(hyper.get(key), list):
+                hyper[key] = tuple(hyper[key])
         return super().from_hyper_parameters(hyper, meta)
 
     def extra_metadata(self) -> dict:
@@ -203,6 +206,8 @@ class OrganContourer(EntangledForest):
             raise InvalidInputError(f"the classes must be 0 (background) and 1..{len(self.organs)}, one per organ")
         self.model_card_ = meta.get("model_card", {})
         self.training_summary_ = meta.get("training_summary", {})
+        self._per_organ(self.background_scale, "background_scale")
+        self._per_organ(self.prior_weight, "prior_weight")
         atlas = arrays.get("prior.atlas")
         if atlas is not None:
             shape = (len(self.organs), *(int(self.atlas_bins),) * 3)
@@ -322,6 +327,14 @@ class OrganContourer(EntangledForest):
                 out[k] = ndimage.map_coordinates(atlas[k], index, order=1, mode="constant", cval=0.0)
         return out
 
+    def _per_organ(self, value, name: str) -> np.ndarray:
+        """A setting given once or per organ, as (n_organs,) float."""
+        out = np.broadcast_to(np.asarray(value, dtype=np.float64), (len(self.organs),)) \
+            if np.ndim(value) == 0 or len(value) == len(self.organs) else None
+        if out is None:
+            raise InvalidInputError(f"{name}: give one value or one per organ ({len(self.organs)}), got {len(value)}")
+        return out
+
     def _name(self, label: int) -> str:
         return "background" if label == 0 else self.organs[label - 1]
 
@@ -346,10 +359,11 @@ class OrganContourer(EntangledForest):
         post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
         allowed = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= allowed
-        prior = self.box_prior(crop, boxes) if self.prior_weight > 0 else None
+        weight = self._per_organ(self.prior_weight, "prior_weight")
+        prior = self.box_prior(crop, boxes) if np.any(weight > 0) else None
         if prior is not None:
-            post[1:] *= ((prior + 0.02) / 1.02) ** self.prior_weight
-        post[0] *= self.background_scale
+            post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
+        post[1:] /= self._per_organ(self.background_scale, "background_scale")[:, None, None, None]
         crop_labels = np.argmax(post, axis=0).astype(np.uint8)
         crop_labels[~mask] = 0
         if self.largest_component:

@@ -38,6 +38,9 @@ def main() -> None:
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--train-cases", type=int, default=20)
     ap.add_argument("--val-cases", type=int, default=10)
+    ap.add_argument("--check-cases", type=int, default=0,
+                    help="further scans of the training folds on which the recipe's setting, the best single "
+                         "setting and the best setting per organ are compared")
     ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="training setting (JSON)")
     ap.add_argument("--seed", type=int, default=0)
@@ -47,9 +50,10 @@ def main() -> None:
     fold_of = np.random.default_rng(args.seed).permutation(len(cases)) % args.folds
     pool = [int(i) for i in np.flatnonzero(fold_of != args.fold)]
     train, val = pool[:args.train_cases], pool[args.train_cases:args.train_cases + args.val_cases]
+    check = pool[args.train_cases + args.val_cases:args.train_cases + args.val_cases + args.check_cases]
     grid = {k: [json.loads(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
-    used = train + val
+    used = train + val + check
     scans = {i: read_scan(cases[i].scan) for i in used}
     labels = {i: np.asarray(read_image(cases[i].labels).array) for i in used}
     given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
@@ -58,21 +62,36 @@ def main() -> None:
     model = OrganContourer(**{**RECIPE, **overrides, "organs": tuple(organs), "random_state": args.seed}).fit_scans(
         [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
     print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}", flush=True)
-    rows = []
-    for combo in itertools.product(*grid.values()):
-        setting = dict(zip(grid, combo, strict=True))
+    def score(setting: dict, scans_used: list[int]) -> np.ndarray:
         for k, v in setting.items():
             setattr(model, k, v)
         dice = []
-        for i in val:
+        for i in scans_used:
             pred = model.contour(scans[i], np.asarray(given[cases[i].name], dtype=np.float64)).labels.array
             dice.append(organ_scores(pred, labels[i], len(organs), scans[i].spacing[::-1], ())["dice"])
-        per = np.nanmean(np.array(dice, dtype=np.float64), axis=0)
-        rows.append((float(np.nanmean(per)), setting, per))
-        print(f"{setting}: mean Dice {np.nanmean(per):.3f} | "
+        return np.nanmean(np.array(dice, dtype=np.float64), axis=0)
+
+    def show(name: str, per: np.ndarray) -> None:
+        print(f"{name}: mean Dice {np.nanmean(per):.3f} | "
               + " ".join(f"{o[:8]} {d:.3f}" for o, d in zip(organs, per, strict=True)), flush=True)
+
+    rows = []
+    for combo in itertools.product(*grid.values()):
+        setting = dict(zip(grid, combo, strict=True))
+        per = score(setting, val)
+        rows.append((float(np.nanmean(per)), setting, per))
+        show(str(setting), per)
     best = max(rows, key=lambda r: r[0])
-    print(f"best {best[1]}: {best[0]:.3f}")
+    print(f"best single setting {best[1]}: {best[0]:.3f}")
+    # Organs barely interact (each competes with the background inside its own box): each takes the setting
+    # that served it best
+    chosen = [max(rows, key=lambda r: r[2][k])[1] for k in range(len(organs))]
+    per_organ = {name: tuple(c[name] for c in chosen) for name in grid}
+    print(f"per organ: {json.dumps(per_organ)}")
+    if check:
+        recipe = {name: RECIPE[name] for name in grid}
+        for label, setting in (("recipe", recipe), ("best single", best[1]), ("per organ", per_organ)):
+            show(f"check on {len(check)} scans, {label} {setting}", score(setting, check))
 
 
 if __name__ == "__main__":

@@ -156,6 +156,19 @@ class Threads(Rule):
 
 
 @dataclass(frozen=True)
+class RealEach(Real):
+    """A number, or a non-empty list or tuple of them (one per class, organ, ...), each within the bounds."""
+
+    def _accepts(self, value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return len(value) > 0 and all(Real._accepts(self, v) for v in value)
+        return Real._accepts(self, value)
+
+    def _describe(self) -> str:
+        return Real._describe(self) + ", or a list of them"
+
+
+@dataclass(frozen=True)
 class Anything(Rule):
     """No check here (the parameter is checked where it is used, e.g. a feature family)."""
 

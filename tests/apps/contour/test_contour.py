@@ -114,6 +114,11 @@ def test_box_atlas_knows_where_organs_sit_in_their_boxes_and_survives_the_model_
     assert np.array_equal(loaded.box_atlas_, atlas)
     loaded.prior_weight = 1.0
     weighted = loaded.contour(ct, boxes).labels.array
+    loaded.prior_weight, loaded.background_scale = (1.0,) * len(ORGANS), (1.0,) * len(ORGANS)
+    assert np.array_equal(loaded.contour(ct, boxes).labels.array, weighted)  # per organ, the same values
+    loaded.background_scale = (1.0, 2.0)
+    with pytest.raises(InvalidInputError, match="one per organ"):
+        loaded.contour(ct, boxes)
     scores = [_dice(weighted == k + 1, truth == k + 1) for k in range(len(ORGANS))]
     assert np.mean(scores) > 0.35, scores
     meta, arrays = load_model(root / "model.npz")
