@@ -262,7 +262,32 @@ class OrganContourer(EntangledForest):
 
     def fit_scans(self, scans: list[Image], label_maps: list[np.ndarray], boxes: list[np.ndarray]
                   ) -> OrganContourer:
-        """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm."""
+        """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm,
+        and count the box atlas."""
+        crops, masks, points, labels, atlas = self._training_regions(scans, label_maps, boxes, keep=True)
+        if not crops:
+            raise InvalidInputError("no training scan shows any of the organs")
+        labels = np.concatenate(labels)
+        missing = set(range(len(self.organs) + 1)) - set(np.unique(labels).tolist())
+        if missing:
+            raise InvalidInputError(f"no training voxel of {', '.join(self._name(c) for c in sorted(missing))}")
+        self.fit(crops, np.concatenate(points), labels, regions=masks)
+        self.box_atlas_ = atlas
+        spacing = np.median([np.asarray(s.spacing, dtype=np.float64) for s in scans], axis=0)
+        self.training_summary_ = {**getattr(self, "training_summary_", {}), "scans": len(crops),
+                                  "voxels": int(labels.size), "spacing_mm": [round(float(v), 3) for v in spacing]}
+        return self
+
+    def fit_atlas(self, scans: list[Image], label_maps: list[np.ndarray], boxes: list[np.ndarray]
+                  ) -> OrganContourer:
+        """Count the box atlas alone, with the same draws as `fit_scans` (so a forest trained before the atlas
+        existed gets the atlas a retraining would give it)."""
+        self._training_regions(scans, label_maps, boxes, keep=False)
+        return self
+
+    def _training_regions(self, scans, label_maps, boxes, keep: bool) -> tuple:
+        """Every scan's training region (crops, region masks, points (image, z, y, x), labels; kept only with
+        `keep`), and the box atlas, which is also set as `box_atlas_`."""
         check_params(self)  # the region's settings are read before `fit` checks the forest's
         self.stage_bounds()
         if not self.organs:
@@ -278,26 +303,17 @@ class OrganContourer(EntangledForest):
                 continue
             crop, mask, zyx, values, crop_labels, jittered = got
             self._count_atlas(crop, crop_labels, jittered, hits, seen)
-            points.append(np.c_[np.full(zyx.shape[0], len(crops)), zyx])
-            labels.append(values)
-            crops.append(crop)
-            masks.append(mask)
-        if not crops:
-            raise InvalidInputError("no training scan shows any of the organs")
-        labels = np.concatenate(labels)
-        missing = set(range(len(self.organs) + 1)) - set(np.unique(labels).tolist())
-        if missing:
-            raise InvalidInputError(f"no training voxel of {', '.join(self._name(c) for c in sorted(missing))}")
-        self.fit(crops, np.concatenate(points), labels, regions=masks)
+            if keep:
+                points.append(np.c_[np.full(zyx.shape[0], len(crops)), zyx])
+                labels.append(values)
+                crops.append(crop)
+                masks.append(mask)
         # Counts smoothed over neighbouring bins: an organ a few voxels across samples its box coordinates
         # coarser than the bins, which would leave bins between the voxels' positions empty
         hits = ndimage.gaussian_filter(hits, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
         seen = ndimage.gaussian_filter(seen, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
         self.box_atlas_ = np.clip(hits / np.maximum(seen, 1e-3), 0.0, 1.0).astype(np.float32)
-        spacing = np.median([np.asarray(s.spacing, dtype=np.float64) for s in scans], axis=0)
-        self.training_summary_ = {**getattr(self, "training_summary_", {}), "scans": len(crops),
-                                  "voxels": int(labels.size), "spacing_mm": [round(float(v), 3) for v in spacing]}
-        return self
+        return crops, masks, points, labels, self.box_atlas_
 
     def _count_atlas(self, crop: Image, labels: np.ndarray, boxes: np.ndarray, hits: np.ndarray,
                      seen: np.ndarray) -> None:

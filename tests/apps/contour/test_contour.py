@@ -110,6 +110,11 @@ def test_box_atlas_knows_where_organs_sit_in_their_boxes_and_survives_the_model_
         assert prior[k][truth == k + 1].mean() > 2 * prior[k][truth != k + 1].mean()
     coords = box_coordinates(ct, boxes[0])
     assert coords.shape == (*ct.array.shape, 3)
+    # the atlas alone, for a forest trained before it existed, is the one a full training counts
+    alone = OrganContourer(ORGANS, **SMALL).fit_atlas([c[0] for c in cases[:4]], [np.asarray(c[1].array)
+                                                                                 for c in cases[:4]],
+                                                      [c[2] for c in cases[:4]])
+    assert np.array_equal(alone.box_atlas_, atlas)
     loaded = OrganContourer.load(root / "model.npz")
     assert np.array_equal(loaded.box_atlas_, atlas)
     loaded.prior_weight = 1.0
