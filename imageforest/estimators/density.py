@@ -6,9 +6,9 @@ Each leaf l of tree t keeps the Gaussian (mu_l, Lambda_l) of its points and thei
     p_t(v) = pi_l(v) N(v; mu_l, Lambda_l) / Z_t,   Z_t = sum_l pi_l m_l,   m_l = mass of N(mu_l, Lambda_l) in cell l
 
 (eq. 5.3-5.5), p(v) = mean over trees (eq. 5.6). For axis-aligned trees every cell is a box and m_l is a
-multivariate normal box probability (closed form in 1-D; Genz's algorithm to 1e-5 absolute error otherwise, about
-10 ms per leaf in 5-D); for oblique and conic cells
-m_l is a Monte Carlo estimate whose standard error is reported in `partition_error_`.
+multivariate normal box probability (`gaussian_boxes.box_masses`: exact for one dimension and diagonal
+covariances, otherwise Genz's separation of variables on a lattice, in numba); for oblique and conic cells m_l is a
+Monte Carlo estimate. Either way the standard error of Z_t is reported in `partition_error_`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from scipy import stats
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
+from imageforest.estimators.gaussian_boxes import box_masses
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
 from imageforest.forest.storage import ForestArrays
@@ -80,18 +81,6 @@ def axis_cells(forest: ForestArrays, n_features: int) -> tuple[np.ndarray, np.nd
     return lo[forest.leaf_node], hi[forest.leaf_node]
 
 
-def box_probability(mean: np.ndarray, cov: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
-    """Mass of N(mean, cov) inside the box [lo, hi] (infinite bounds allowed)."""
-    if mean.shape[0] == 1:
-        sd = math.sqrt(cov[0, 0])
-        return float(stats.norm.cdf(hi[0], mean[0], sd) - stats.norm.cdf(lo[0], mean[0], sd))
-    if np.all(np.isinf(lo)) and np.all(np.isinf(hi)):
-        return 1.0
-    # Genz's quasi-Monte Carlo CDF: a fixed seed keeps the model deterministic.
-    p = stats.multivariate_normal.cdf(hi, mean, cov, lower_limit=lo, abseps=1e-5, releps=1e-5, rng=0)
-    return float(max(p, 0.0))
-
-
 class DensityForest(UnsupervisedForestBase):
     """A density forest (Criminisi et al. 2012, ch. 5): unsupervised Gaussian gain, piece-wise Gaussian leaves,
     sampling.
@@ -150,9 +139,8 @@ class DensityForest(UnsupervisedForestBase):
         d = self.n_features_in_
         if self.weak_learner == "axis":
             lo, hi = axis_cells(f, d)
-            mass = np.array([box_probability(self.leaf_mean_[k], self.leaf_cov_[k], lo[k], hi[k])
-                             for k in range(f.n_leaves)])
-            mass_se = np.zeros_like(mass)
+            with numba_threads(self.n_jobs):
+                mass, mass_se = box_masses(self.leaf_mean_, self.leaf_cov_, lo, hi)
             self.cell_lo_, self.cell_hi_ = lo, hi
         else:
             mass, mass_se = self._monte_carlo_mass(np.random.default_rng(self.random_state))
