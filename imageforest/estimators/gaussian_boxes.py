@@ -8,7 +8,8 @@ box probability into an integral over the unit cube of a product of one-dimensio
 randomly shifted rank-1 lattice: `N_POINTS` points, averaged over two random shifts or more (up to `N_SHIFTS`,
 while their standard error exceeds `LATTICE_TOLERANCE`), whose spread estimates the error (`box_masses` returns
 it; against scipy's Genz code, tested: at most 3e-3, 3e-4 on average, in 2-8 dimensions). A leaf whose marginal
-(Bonferroni) bounds already pin the mass within `BOUND_TOLERANCE` takes their midpoint. The shifts come from a fixed seed, so the same leaves always get the same masses.
+(Bonferroni) bounds already pin the mass within `BOUND_TOLERANCE` takes their midpoint. The shifts come from a
+fixed seed, so the same leaves always get the same masses.
 """
 
 from __future__ import annotations
