@@ -89,7 +89,7 @@ def main() -> None:
     per_organ = {name: tuple(c[name] for c in chosen) for name in grid}
     print(f"per organ: {json.dumps(per_organ)}")
     if check:
-        recipe = {name: RECIPE[name] for name in grid}
+        recipe = {name: RECIPE.get(name, OrganContourer().get_params()[name]) for name in grid}
         for label, setting in (("recipe", recipe), ("best single", best[1]), ("per organ", per_organ)):
             show(f"check on {len(check)} scans, {label} {setting}", score(setting, check))
 

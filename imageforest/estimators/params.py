@@ -156,6 +156,19 @@ class Threads(Rule):
 
 
 @dataclass(frozen=True)
+class Either(Rule):
+    """Any value one of `rules` accepts."""
+
+    rules: tuple[Rule, ...] = ()
+
+    def _accepts(self, value: Any) -> bool:
+        return any(rule.accepts(value) for rule in self.rules)
+
+    def _describe(self) -> str:
+        return " or ".join(rule.describe() for rule in self.rules)
+
+
+@dataclass(frozen=True)
 class RealEach(Real):
     """A number, or a non-empty list or tuple of them (one per class, organ, ...), each within the bounds."""
 

@@ -106,3 +106,40 @@ def test_conditionals_need_axis_cells(data):
     forest = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", random_state=0).fit(data[0])
     with pytest.raises(InvalidInputError, match="axis"):
         forest.conditional_pdf([[0.0]], np.linspace(0, 1, 5))
+
+
+def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, data):
+    from imageforest.forest.serialization import load_model, save_model
+
+    X, held_out = data
+    forest = DensityForest(30, random_state=0).fit(X)
+    depth = int(forest.depths_[0])
+    assert forest.depths_.shape == (30,) and np.all(forest.depths_ == depth)
+    tried = forest.selection_["depth"]
+    assert depth == max(tried, key=tried.get) and len(tried) >= depth + 1  # two worse depths past the best
+    assert forest.variance_floor_ == max(forest.selection_["floor"], key=forest.selection_["floor"].get)
+    assert forest.forest_.depth.max() <= depth
+    # the chosen depth does at least as well on held-out points as depths an order away
+    scores = {d: DensityForest(30, max_depth=d, variance_floor=forest.variance_floor_, random_state=0).fit(X)
+              .score(held_out) for d in (1, 2, depth, 12)}
+    assert scores[depth] >= max(scores.values()) - 0.02, scores
+    forest.save(tmp_path / "auto.npz")
+    loaded = DensityForest.load(tmp_path / "auto.npz")
+    assert np.array_equal(loaded.depths_, forest.depths_) and loaded.variance_floor_ == forest.variance_floor_
+    assert loaded.selection_ == {k: {float(kk): v for kk, v in s.items()} for k, s in forest.selection_.items()}
+    assert np.allclose(loaded.score_samples(held_out[:50]), forest.score_samples(held_out[:50]))
+    # a file of the older layout (no chosen depths, floor or scores) still loads: each tree's depth as grown
+    meta, arrays = load_model(tmp_path / "auto.npz")
+    del arrays["tree.chosen_depth"]
+    meta.pop("variance_floor")
+    meta.pop("selection")
+    save_model(tmp_path / "old.npz", meta, arrays)
+    old = DensityForest.load(tmp_path / "old.npz")
+    assert np.all(old.depths_ <= depth) and old.depths_.max() == forest.forest_.depth.max()
+    assert np.allclose(old.score_samples(held_out[:50]), forest.score_samples(held_out[:50]))
+    fixed = DensityForest(10, max_depth=3, variance_floor=0.01, random_state=0).fit(X)
+    assert np.all(fixed.depths_ == 3) and fixed.variance_floor_ == 0.01 and fixed.selection_ == {}
+    with pytest.raises(Exception, match="max_depth"):
+        DensityForest(5, max_depth="deep").fit(X)
+    with pytest.raises(Exception, match="more than"):
+        DensityForest(5).fit(X[:8])
