@@ -32,14 +32,15 @@ MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic c
 
 # Choosing the depth D and the variance floor from the training data ("auto"): small forests of AUTO_TREES trees
 # grow on a random VALIDATION_SHARE-less part of the points and are scored by the mean log-likelihood of the rest;
-# depths are tried from 1 up until AUTO_PATIENCE depths in a row fail to beat the best, then the floors at the
-# chosen depth. The forest itself then grows on every point with the winners.
+# depths are tried from 1 up until AUTO_PATIENCE depths in a row fail to beat the best, then the floor at the
+# chosen depth in tenfold steps from DEFAULT_FLOOR (down while the score rises, else up). The forest itself then
+# grows on every point with the winners.
 AUTO_TREES = 16
 AUTO_MAX_DEPTH = 20
 AUTO_PATIENCE = 2
 VALIDATION_SHARE = 0.2
-FLOORS = (1e-4, 1e-3, 1e-2)  # relative variance floors tried (shares of the data's mean per-feature variance)
-DEFAULT_FLOOR = 1e-3
+DEFAULT_FLOOR = 1e-3  # relative variance floor (share of the data's mean per-feature variance) the search starts at
+FLOOR_RANGE = (1e-7, 0.1)
 
 
 def _log_density(leaf_ids, X, mean, chol_inv, log_norm):
@@ -105,8 +106,8 @@ class DensityForest(UnsupervisedForestBase):
         held-out log-likelihood (module notes); `depths_` holds the chosen depth of every tree.
     variance_floor : float or "auto"
         Added to every leaf Gaussian's variances (and to the split gain's), as a share of the data's mean
-        per-feature variance: a leaf of few points otherwise gets a spiky Gaussian. "auto" chooses it from
-        `FLOORS` as the depth is chosen; `variance_floor_` holds the value used.
+        per-feature variance: a leaf of few points otherwise gets a spiky Gaussian. "auto" chooses it after the
+        depth (module notes); `variance_floor_` holds the value used.
     n_thresholds : int or None
         K, random thresholds tried per feature and node; 2 (strongly randomised trees, whose average is smoother)
         was the best or within 0.004 of it on the internal validation splits of four benchmark sets, against 1, 4
@@ -200,8 +201,17 @@ class DensityForest(UnsupervisedForestBase):
                 if since >= AUTO_PATIENCE or reached < d:  # worse twice, or the trees stopped growing
                     break
             selection["depth"] = tried
-        if auto_floor:
-            floors = {f: score(depth, f)[0] for f in FLOORS}
+        if auto_floor:  # tenfold steps from the default, down while the score rises, else up while it rises
+            floors = {floor: selection["depth"][depth] if auto_depth else score(depth, floor)[0]}
+            for step in (0.1, 10.0):
+                current = floor
+                while FLOOR_RANGE[0] <= current * step <= FLOOR_RANGE[1]:
+                    floors[current * step] = score(depth, current * step)[0]
+                    if floors[current * step] <= floors[current]:
+                        break
+                    current *= step
+                if current != floor:
+                    break
             floor = max(floors, key=floors.get)
             selection["floor"] = floors
         return depth, floor, selection

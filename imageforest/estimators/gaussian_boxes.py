@@ -5,7 +5,7 @@ normalising it needs m_l = P(v in box | v ~ N(mu_l, Sigma_l)). In one dimension,
 the mass factorises into differences of the normal CDF (exact). Otherwise it is Genz's separation of variables
 (Genz, "Numerical computation of multivariate normal probabilities", J. Comput. Graph. Stat., 1992), which turns the
 box probability into an integral over the unit cube of a product of one-dimensional CDF differences, evaluated on a
-randomly shifted rank-1 lattice: `N_POINTS` points, averaged over two random shifts or more (up to `N_SHIFTS`,
+randomly shifted rank-1 lattice: `N_POINTS` points, averaged over `MIN_SHIFTS` random shifts or more (up to `N_SHIFTS`,
 while their standard error exceeds `LATTICE_TOLERANCE`), whose spread estimates the error (`box_masses` returns
 it; against scipy's Genz code, tested: at most 3e-3, 3e-4 on average, in 2-8 dimensions). A leaf whose marginal
 (Bonferroni) bounds already pin the mass within `BOUND_TOLERANCE` takes their midpoint. The shifts come from a
@@ -21,9 +21,10 @@ import numpy as np
 from imageforest.forest.threads import run_ranges
 from imageforest.kernels import njit
 
-N_POINTS = 127  # a prime: the rank-1 lattice's points are distinct in every coordinate
-N_SHIFTS = 8  # at most; at least two, more while their spread exceeds LATTICE_TOLERANCE
-LATTICE_TOLERANCE = 1e-4
+N_POINTS = 61  # a prime: the rank-1 lattice's points are distinct in every coordinate
+N_SHIFTS = 8  # at most; at least MIN_SHIFTS, more while their spread exceeds LATTICE_TOLERANCE
+MIN_SHIFTS = 3  # two shifts that agree by chance would understate the error
+LATTICE_TOLERANCE = 3e-4
 SQRT2 = math.sqrt(2.0)
 BOUND_TOLERANCE = 2e-4  # a mass whose marginal bounds lie this close is their midpoint
 
@@ -131,7 +132,7 @@ def _masses_range(i0, i1, mean, chol, lo, hi, generator, n_points, shifts, out, 
             total += estimate
             total_sq += estimate * estimate
             used += 1
-            if used >= 2:  # more shifts only while the shifts disagree
+            if used >= MIN_SHIFTS:  # more shifts only while the shifts disagree
                 m = total / used
                 se = math.sqrt(max(total_sq / used - m * m, 0.0) / (used - 1))
                 if se <= LATTICE_TOLERANCE:
@@ -144,7 +145,7 @@ def _masses_range(i0, i1, mean, chol, lo, hi, generator, n_points, shifts, out, 
 def _lattice(d: int) -> np.ndarray:
     """A Korobov rank-1 lattice's generating vector (g^a mod N_POINTS) / N_POINTS: point k's coordinate a is
     frac(k * vector[a])."""
-    g = 47  # a Korobov multiplier for N = 127
+    g = 17  # a Korobov multiplier for N = 61
     return np.array([pow(g, a, N_POINTS) for a in range(max(d - 1, 1))], dtype=np.float64) / N_POINTS
 
 
