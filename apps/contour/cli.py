@@ -208,7 +208,7 @@ def train_contour(data_dir: Path, out: Path, organs: str | None, n_cases: int | 
         from imageforest.apps.contour.training import train_from_folder
 
         depths = tuple(d for d in RECIPE["entangled_depths"] if d < depth)
-        params = {**RECIPE, "n_trees": trees, "max_depth": depth, "entangled_depths": depths, "random_state": seed}
+        params = {"n_trees": trees, "max_depth": depth, "entangled_depths": depths, "random_state": seed}
         model = train_from_folder(data_dir, split_names(organs), name=name, n_cases=n_cases,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)

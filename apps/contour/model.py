@@ -159,8 +159,8 @@ class OrganContourer(EntangledForest):
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
-                 organ_points: int = 800, background_points: int = 3000, background_scale: float = 2.0,
-                 largest_component: bool = True, prior_weight: float = 0.0, atlas_bins: int = 20,
+                 organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
+                 largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
                  n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,

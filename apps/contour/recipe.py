@@ -1,14 +1,35 @@
 """The shipped contour model's settings: `OrganContourer`'s defaults, and `train-contour`'s.
 
-Chosen on held-out openkbp-hn scans (see the README's "How well"): class-balanced leaves over-segmented every organ
-two- to four-fold, so leaves keep the sampled counts and the background posterior is doubled before the arg-max;
-half of the background voxels are drawn near the organs, where the decisions are.
+Chosen on held-out openkbp-hn scans of the training folds (see the README's "How well"): class-balanced leaves
+over-segmented every organ two- to four-fold, so leaves keep the sampled counts; half of the background voxels are
+drawn near the organs, where the decisions are. The box atlas's weight and the background scale act after the
+forest and were chosen per organ (`benchmarks/contour/tune.py`: 20 training scans, 15 validation scans of the
+other folds); organs a recipe does not name take the best single setting, which is also the estimator's default.
 """
 
 RECIPE = {
     "n_trees": 8, "max_depth": 16, "entangled_depths": (8, 12), "n_candidates": 100, "n_thresholds": 16,
     "class_weight": None, "min_samples_leaf": 8, "max_offset_mm": 60.0, "box_size_mm": (3.0, 30.0),
     "context_share": 0.5, "mean_share": 0.5, "local_share": 0.5, "margin_mm": 15.0, "crop_mm": 25.0,
-    "jitter_mm": 6.0, "organ_points": 800, "background_points": 3000, "background_scale": 2.0,
-    "largest_component": True,
+    "jitter_mm": 6.0, "organ_points": 800, "background_points": 3000, "background_scale": 1.0,
+    "largest_component": True, "prior_weight": 0.5, "atlas_bins": 20,
 }
+
+# Per organ, by name: the settings that served each organ best on the validation scans. The spinal cord and the
+# oesophagus, whose contours stop at arbitrary levels, trust the atlas less (its boxes' ends vary).
+PER_ORGAN = {
+    "prior_weight": {"Brainstem": 1.0, "SpinalCord": 0.5, "RightParotid": 1.0, "LeftParotid": 1.0,
+                     "Esophagus": 0.0, "Larynx": 1.0, "Mandible": 0.5},
+    "background_scale": {"Brainstem": 1.0, "SpinalCord": 1.5, "RightParotid": 1.0, "LeftParotid": 1.0,
+                         "Esophagus": 1.0, "Larynx": 1.0, "Mandible": 2.0},
+}
+
+
+def recipe_for(organs) -> dict:
+    """The recipe for a model of `organs`: per-organ settings where the recipe names the organ, the single
+    setting otherwise (one value when no organ is named)."""
+    out = dict(RECIPE)
+    for key, by_name in PER_ORGAN.items():
+        if any(o in by_name for o in organs):
+            out[key] = tuple(by_name.get(o, RECIPE[key]) for o in organs)
+    return out

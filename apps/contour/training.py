@@ -45,7 +45,10 @@ def train_from_folder(data_dir: str | Path, organs: list[str] | None = None, pro
 
 def train_contourer(cases: list[Case], organs: list[str], progress: Callable[[str], None] | None = None,
                     name: str = "custom", version: str = "1", data_note: str = "", **params) -> OrganContourer:
-    """Read `cases`, fit an `OrganContourer` with `params`, and record a model card."""
+    """Read `cases`, fit an `OrganContourer` with the recipe for these organs (`recipe_for`) updated by `params`,
+    and record a model card."""
+    from imageforest.apps.contour.recipe import recipe_for
+
     say = progress or (lambda _msg: None)
     scans, labels, boxes = [], [], []
     t0 = time.perf_counter()
@@ -56,7 +59,7 @@ def train_contourer(cases: list[Case], organs: list[str], progress: Callable[[st
         boxes.append(box)
         if (k + 1) % 20 == 0 or k + 1 == len(cases):
             say(f"read {k + 1}/{len(cases)} scans ({time.perf_counter() - t0:.0f} s)")
-    model = OrganContourer(organs=tuple(organs), **params)
+    model = OrganContourer(organs=tuple(organs), **{**recipe_for(organs), **params})
     model.progress = say
     t1 = time.perf_counter()
     model.fit_scans(scans, labels, boxes)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.model import OrganContourer
-from imageforest.apps.contour.recipe import RECIPE
+from imageforest.apps.contour.recipe import recipe_for
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
@@ -84,7 +84,8 @@ def main() -> None:
     given = (localizer_boxes(cases, scans, Path("bench_out/contour_localizer_boxes.json"))
              if args.boxes == "localizer" else {c.name: c.boxes.tolist() for c in cases})
     axial = tuple(organs.index(o) for o in AXIAL_ONLY if o in organs)
-    results: dict = {"organs": organs, "methods": {}, "settings": {**RECIPE, **overrides}, "boxes": args.boxes,
+    results: dict = {"organs": organs, "methods": {}, "settings": {**recipe_for(organs), **overrides},
+                     "boxes": args.boxes,
                      "folds": args.folds, "train_cases": args.train_cases, "test_cases": args.test_cases}
     run_folds = range(args.folds) if args.run_folds is None else [int(f) for f in args.run_folds.split(",")]
     for fold in run_folds:
@@ -100,7 +101,7 @@ def main() -> None:
                 model = MultiAtlasSegmentation(n_atlases=5, seed=args.seed).fit(
                     [scans[i] for i in train], [labels[i] for i in train])
             else:
-                params = {**RECIPE, **overrides, "organs": tuple(organs), "random_state": args.seed + fold}
+                params = {**recipe_for(organs), **overrides, "organs": tuple(organs), "random_state": args.seed + fold}
                 if method == "plain":
                     params["entangled_depths"] = ()
                 model = OrganContourer(**params).fit_scans([scans[i] for i in train], [labels[i] for i in train],

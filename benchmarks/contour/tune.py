@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.contour.cross_validate import localizer_boxes
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.model import OrganContourer
-from imageforest.apps.contour.recipe import RECIPE
+from imageforest.apps.contour.recipe import recipe_for
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
@@ -59,7 +59,8 @@ def main() -> None:
     given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
                             Path("bench_out/contour_localizer_boxes.json"))
     t0 = time.perf_counter()
-    model = OrganContourer(**{**RECIPE, **overrides, "organs": tuple(organs), "random_state": args.seed}).fit_scans(
+    model = OrganContourer(**{**recipe_for(organs), **overrides, "organs": tuple(organs),
+                              "random_state": args.seed}).fit_scans(
         [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
     print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}", flush=True)
     def score(setting: dict, scans_used: list[int]) -> np.ndarray:
@@ -89,7 +90,7 @@ def main() -> None:
     per_organ = {name: tuple(c[name] for c in chosen) for name in grid}
     print(f"per organ: {json.dumps(per_organ)}")
     if check:
-        recipe = {name: RECIPE.get(name, OrganContourer().get_params()[name]) for name in grid}
+        recipe = {name: recipe_for(organs)[name] for name in grid}
         for label, setting in (("recipe", recipe), ("best single", best[1]), ("per organ", per_organ)):
             show(f"check on {len(check)} scans, {label} {setting}", score(setting, check))
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from imageforest.apps.contour.api import DEFAULT_MODEL
 from imageforest.apps.contour.model import OrganContourer
-from imageforest.apps.contour.recipe import RECIPE
+from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.contour.training import train_contourer
 from imageforest.imaging.ct_organs import openkbp_cases
 
@@ -76,8 +76,9 @@ def main() -> None:
         if [c.name for c in cases] != model.model_card_.get("cases") or tuple(organs) != model.organs:
             raise SystemExit(f"{args.out} was not trained on these cases and organs")
         read = [read_case(c, len(organs)) for c in cases]
+        recipe = recipe_for(organs)
         for key in PREDICTION_SETTINGS:
-            setattr(model, key, RECIPE[key])
+            setattr(model, key, recipe[key])
         model.fit_atlas([r[0] for r in read], [r[1] for r in read], [r[2] for r in read])
         model.model_card_["parameters"] = model.saved_hyper_parameters()
     else:
@@ -86,7 +87,7 @@ def main() -> None:
         model = train_contourer(cases, organs, progress=print, name=NAME, version=VERSION,
                                 data_note="openkbp-hn: 203 head-and-neck CT scans with clinical contours (OpenKBP "
                                           "challenge, Babier et al., Med Phys 2021; TCIA)",
-                                **RECIPE, random_state=SEED)
+                                random_state=SEED)
         print(f"trained in {time.perf_counter() - t0:.0f} s")
     if args.cv_json is not None:
         model.model_card_["cross_validation"] = cross_validation_card(json.loads(args.cv_json.read_text()))

@@ -17,8 +17,8 @@ from imageforest.imaging.io import read_image, write_image
 
 SIZE, SPACING = (64, 64, 56), (7.8, 7.8, 5.0)
 SMALL = {"n_trees": 3, "max_depth": 10, "entangled_depths": (6,), "n_candidates": 30, "organ_points": 150,
-         "background_points": 1500, "min_samples_leaf": 4, "background_scale": 1.0,
-         "random_state": 0}
+         "background_points": 1500, "min_samples_leaf": 4, "background_scale": 1.0, "prior_weight": 0.0,
+         "random_state": 0}  # the box atlas of 2-voxel-wide phantom organs is too coarse to weigh (tested apart)
 
 
 def _case(seed):
@@ -135,7 +135,8 @@ def test_box_atlas_knows_where_organs_sit_in_their_boxes_and_survives_the_model_
     save_model(tmp_path / "old.npz", meta, arrays)
     old = OrganContourer.load(tmp_path / "old.npz")
     old.prior_weight = 1.0
-    assert np.array_equal(old.contour(ct, boxes).labels.array, model.contour(ct, boxes).labels.array)
+    loaded.prior_weight, loaded.background_scale = 0.0, model.background_scale
+    assert np.array_equal(old.contour(ct, boxes).labels.array, loaded.contour(ct, boxes).labels.array)
 
 
 def test_training_refuses_what_it_cannot_learn_from():
