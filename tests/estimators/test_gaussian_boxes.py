@@ -1,5 +1,5 @@
-"""Gaussian masses inside boxes (`box_masses`): exact where the mass factorises, within a few 1e-4 of scipy's
-Genz code otherwise, deterministic."""
+"""Gaussian masses inside boxes (`box_masses`): exact where the mass factorises, within 3e-3 (3e-4 on average) of
+scipy's Genz code otherwise, deterministic."""
 
 import numpy as np
 from scipy import stats
@@ -27,11 +27,11 @@ def test_quantile_inverts_the_normal_cdf():
 
 
 def test_masses_match_scipy_and_are_exact_where_they_factorise():
-    for d in (2, 3, 5, 8):
-        mean, cov, lo, hi = _cases(d, 25, d)
+    for d in (2, 4, 7):
+        mean, cov, lo, hi = _cases(d, 12, d)
         mass, err = box_masses(mean, cov, lo, hi)
         ref = np.array([stats.multivariate_normal.cdf(hi[k], mean[k], cov[k], lower_limit=lo[k], abseps=1e-7,
-                                                      releps=1e-7, maxpts=1_000_000, rng=0) for k in range(25)])
+                                                      releps=1e-7, maxpts=300_000, rng=0) for k in range(12)])
         assert np.all(np.abs(mass - ref) < 3e-3) and np.mean(np.abs(mass - ref)) < 3e-4, (d, np.abs(mass - ref))
         assert np.all((mass >= 0) & (mass <= 1)) and np.all(err >= 0)
         again, _ = box_masses(mean, cov, lo, hi)
