@@ -99,7 +99,7 @@ def _masses_range(i0, i1, mean, chol, lo, hi, generator, n_points, shifts, out, 
         lower = max(0.0, 1.0 - outside)
         if upper - lower <= BOUND_TOLERANCE:
             out[leaf] = 0.5 * (upper + lower)
-            err[leaf] = 0.5 * (upper - lower)
+            err[leaf] = 0.5 * max(upper - lower, 0.0)
             continue
         total = 0.0
         total_sq = 0.0
