@@ -7,8 +7,9 @@ For the test scans of fold 0 (the split of `cross_validate.py`), two slabs per s
 (head: no larynx, oesophagus, most of the cord) and the lower 40% (neck: no brainstem, parotids). Organs the scan's
 reference contours (clinicians left some out) count: of the (slab, organ) pairs whose slab holds none of the
 organ's reference voxels, the share given none; of those whose slab holds some, the mean Dice (often of a few
-slices cut at the slab's edge). The shipped localizer and contour model were trained on all 203 scans, these included: the figures are
-in-sample for presence (the localizer's cross-validated presence on slabs is in its README).
+slices cut at the slab's edge). The shipped localizer and contour model were trained on all 203 scans, these
+included: the figures are in-sample for presence (the localizer's cross-validated presence on slabs is in its
+README).
 """
 
 from __future__ import annotations
