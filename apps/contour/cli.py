@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from imageforest.apps.contour.dicom import FORMATS
+from imageforest.apps.contour.dicom import FORMATS, check_dicom_source
 from imageforest.apps.contour.recipe import RECIPE
 from imageforest.apps.localize.cli import split_names
 from imageforest.batches import SCAN_SUFFIXES
@@ -78,11 +78,11 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         raise _fail(f"--split writes one NIfTI mask per organ; a {fmt} file holds every organ: drop one of them")
     if fmt != "nifti" and out is None:
         raise _fail(f"--format {fmt} describes the label map: give -o OUT")
-    if fmt != "nifti":
-        bad = [s for s in scan_list if not s.is_dir()]
-        if bad:
-            raise _fail(f"{bad[0]}: --format {fmt} references the scan's DICOM series; give the series folder as "
-                        "the scan (or --format nifti)")
+    try:
+        for scan in scan_list:
+            check_dicom_source(scan, fmt)
+    except ImageForestError as exc:
+        raise _fail(str(exc)) from None
     if workers is not None or scheduler is not None or resume:
         _contour_batch(scan_list, model_path, localizer_path, split_names(organs), out, json_out, probabilities,
                        overlay, split, fmt, threads, workers, scheduler, resume)

@@ -126,10 +126,6 @@ def labels_on_series(labels: Image, datasets: list) -> np.ndarray:
     return sitk.GetArrayFromImage(moved).astype(np.uint8)
 
 
-def _present(frames: np.ndarray, names: list[str], chosen: list[int]) -> list[int]:
-    return [k for k in chosen if np.any(frames == k + 1)]
-
-
 def write_dicom_seg(labels: Image, folder: str | os.PathLike, names: list[str], path: str | os.PathLike,
                     chosen: list[int] | None = None, version: str = "") -> tuple[int, list[str]]:
     """Write the organs of `labels` with voxels (label k + 1 for each k of `chosen`, default all) as a binary
@@ -143,7 +139,7 @@ def write_dicom_seg(labels: Image, folder: str | os.PathLike, names: list[str], 
         raise InvalidInputError("--format dicom-seg needs highdicom: pip install 'imageforest[dicom]'") from None
     datasets, notes = read_series(folder, pixels=True)
     frames = labels_on_series(labels, datasets)
-    present = _present(frames, names, list(range(len(names))) if chosen is None else chosen)
+    present = [k for k in (range(len(names)) if chosen is None else chosen) if np.any(frames == k + 1)]
     # Segment numbers run 1..n over the organs written; the label map is renumbered so
     renumber = np.zeros(max(len(names), int(frames.max())) + 1, np.uint8)
     for number, k in enumerate(present, start=1):
