@@ -28,7 +28,7 @@ VERSION = "2"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", nargs="?", type=Path,
-                    default=Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "openkbp-hn")
+                    default=Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "openkbp-hn")
     ap.add_argument("--out", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--cv-json", type=Path, default=None, help="benchmarks/localize/cross_validate.py --json output")
     ap.add_argument("--card-only", action="store_true",
