@@ -85,24 +85,32 @@ class ImageStack:
         if exact_float32 and not integral and channels is None and all(
                 np.asarray(im.array if isinstance(im, Image) else im).dtype in _FLOAT32_EXACT for im in images):
             raw_type = np.float32
-        pieces, bases, shapes, spacings = [], [], [], []
-        offset = 0
-        for k, im in enumerate(images):
-            arr, spacing = _array_and_spacing(im, k)
-            chans = [arr] if channels is None else [np.asarray(c, dtype=np.float64).reshape(arr.shape)
-                                                      for c in channels(im)]
+        # The table is allocated once and every image's channels are written into it: a list of per-image
+        # tables concatenated at the end would hold every table twice (203 CT working volumes: 5 GB more).
+        geometry = [_array_and_spacing(im, k) for k, im in enumerate(images)]
+        first = [geometry[0][0]] if channels is None else list(channels(images[0]))
+        n_channels = len(first)
+        sizes = [int(np.prod([n + 1 for n in arr.shape])) if integral else arr.size for arr, _ in geometry]
+        table = np.empty(n_channels * sum(sizes), dtype=np.float64 if integral else raw_type)
+        bases, offset = [], 0
+        for k, (im, (arr, _spacing)) in enumerate(zip(images, geometry, strict=True)):
+            chans = first if k == 0 else [arr] if channels is None else list(channels(im))
+            if len(chans) != n_channels:
+                raise InvalidInputError("every image must give the same number of channels")
             row = []
             for ch in chans:
-                data = integral_image(ch).ravel() if integral else np.ascontiguousarray(ch, raw_type).ravel()
+                ch = ch if channels is None else np.asarray(ch, dtype=np.float64).reshape(arr.shape)
+                piece = table[offset:offset + sizes[k]]
+                if integral:
+                    integral_image(ch, out=piece.reshape(tuple(n + 1 for n in arr.shape)))
+                else:
+                    piece.reshape(arr.shape)[...] = ch
                 row.append(offset)
-                pieces.append(data)
-                offset += data.size
+                offset += sizes[k]
             bases.append(row)
-            shapes.append(arr.shape)
-            spacings.append(spacing)
-        if len({len(r) for r in bases}) != 1:
-            raise InvalidInputError("every image must give the same number of channels")
-        table = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)  # one image: no 20 MB copy
+            first = None
+        shapes = [arr.shape for arr, _ in geometry]
+        spacings = [spacing for _, spacing in geometry]
         return cls(table, np.array(bases, dtype=np.int64), np.array(shapes, dtype=np.int64),
                    np.array(spacings, dtype=np.float64), integral)
 

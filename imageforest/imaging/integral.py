@@ -16,16 +16,26 @@ import numpy as np
 from imageforest.kernels import njit
 
 
-def integral_image(image: np.ndarray) -> np.ndarray:
+def integral_image(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Summed-area table of a 2-D (y, x) or 3-D (z, y, x) array, shape + 1 in every axis, float64.
 
     Three numpy cumulative sums: as fast as a compiled loop (memory-bound) and nothing to compile, which keeps
-    the command line's first run short.
+    the command line's first run short. `out`, when given, is a float64 array of shape + 1 to fill (e.g. a view
+    into a larger table, so that many tables are never held twice).
     """
     arr = np.asarray(image)
     if arr.ndim not in (2, 3):
         raise ValueError(f"integral images are 2-D or 3-D, got {arr.ndim}-D")
-    out = np.zeros(tuple(n + 1 for n in arr.shape))
+    shape = tuple(n + 1 for n in arr.shape)
+    if out is None:
+        out = np.zeros(shape)
+    elif out.shape != shape or out.dtype != np.float64:
+        raise ValueError(f"out must be float64 of shape {shape}, got {out.dtype} {out.shape}")
+    else:
+        out[0] = 0.0
+        out[:, 0] = 0.0
+        if arr.ndim == 3:
+            out[:, :, 0] = 0.0
     inner = out[(slice(1, None),) * arr.ndim]
     np.cumsum(arr, axis=0, dtype=np.float64, out=inner)
     for axis in range(1, arr.ndim):
