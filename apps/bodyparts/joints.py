@@ -113,54 +113,109 @@ def _bucket_cells(points, reach):  # pragma: no cover - numba
     return order, first, span, lo, side
 
 
+@njit(cache=True, inline="always")
+def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter):  # pragma: no cover - numba
+    """Mean shift of one estimate (x0, x1, x2) to its mode among the bucketed cells (see `_bucket_cells`)."""
+    inv = 1.0 / (bandwidth * bandwidth)
+    reach2 = KERNEL_REACH * KERNEL_REACH
+    tol = (1e-3 * bandwidth) ** 2
+    for _ in range(max_iter):
+        a0 = a1 = a2 = tot = 0.0
+        bx = np.int64(np.floor(x0 / side)) - lo[0]
+        by = np.int64(np.floor(x1 / side)) - lo[1]
+        bz = np.int64(np.floor(x2 / side)) - lo[2]
+        z0 = max(bz - 1, 0)
+        z1 = min(bz + 1, span[2] - 1)
+        if z0 > z1:  # the estimate is out of every cell's reach
+            break
+        for cx in range(max(bx - 1, 0), min(bx + 2, span[0])):
+            for cy in range(max(by - 1, 0), min(by + 2, span[1])):
+                column = (cx * span[1] + cy) * span[2]
+                for i in range(first[column + z0], first[column + z1 + 1]):
+                    d0 = pts[i, 0] - x0
+                    d1 = pts[i, 1] - x1
+                    d2 = pts[i, 2] - x2
+                    q = (d0 * d0 + d1 * d1 + d2 * d2) * inv
+                    if q < reach2:  # beyond 3 bandwidths the kernel is under 1e-4
+                        k = wts[i] * np.exp(-q)
+                        a0 += k * pts[i, 0]
+                        a1 += k * pts[i, 1]
+                        a2 += k * pts[i, 2]
+                        tot += k
+        if tot <= 0.0:
+            break
+        n0, n1, n2 = a0 / tot, a1 / tot, a2 / tot
+        step = (n0 - x0) ** 2 + (n1 - x1) ** 2 + (n2 - x2) ** 2
+        x0, x1, x2 = n0, n1, n2
+        if step < tol:
+            break
+    return x0, x1, x2
+
+
 @njit(cache=True, parallel=True)
 def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cover - numba
     """Mean shift of every seed to its mode in the density of weighted `points` (Gaussian kernel of width
     `bandwidth`, cut at `KERNEL_REACH` widths): (n_seeds, 3) modes."""
-    n_seeds = seeds.shape[0]
     modes = seeds.copy()
     if points.shape[0] == 0:
         return modes
     order, first, span, lo, side = _bucket_cells(points, KERNEL_REACH * bandwidth)
     pts = points[order]
     wts = weights[order]
-    inv = 1.0 / (bandwidth * bandwidth)
-    reach2 = KERNEL_REACH * KERNEL_REACH
-    tol = (1e-3 * bandwidth) ** 2
-    for s in prange(n_seeds):
-        x0, x1, x2 = modes[s, 0], modes[s, 1], modes[s, 2]
-        for _ in range(max_iter):
-            a0 = a1 = a2 = tot = 0.0
-            bx = np.int64(np.floor(x0 / side)) - lo[0]
-            by = np.int64(np.floor(x1 / side)) - lo[1]
-            bz = np.int64(np.floor(x2 / side)) - lo[2]
-            z0 = max(bz - 1, 0)
-            z1 = min(bz + 1, span[2] - 1)
-            if z0 > z1:  # the estimate is out of every cell's reach
-                break
-            for cx in range(max(bx - 1, 0), min(bx + 2, span[0])):
-                for cy in range(max(by - 1, 0), min(by + 2, span[1])):
-                    column = (cx * span[1] + cy) * span[2]
-                    for i in range(first[column + z0], first[column + z1 + 1]):
-                        d0 = pts[i, 0] - x0
-                        d1 = pts[i, 1] - x1
-                        d2 = pts[i, 2] - x2
-                        q = (d0 * d0 + d1 * d1 + d2 * d2) * inv
-                        if q < reach2:  # beyond 3 bandwidths the kernel is under 1e-4
-                            k = wts[i] * np.exp(-q)
-                            a0 += k * pts[i, 0]
-                            a1 += k * pts[i, 1]
-                            a2 += k * pts[i, 2]
-                            tot += k
-            if tot <= 0.0:
-                break
-            n0, n1, n2 = a0 / tot, a1 / tot, a2 / tot
-            step = (n0 - x0) ** 2 + (n1 - x1) ** 2 + (n2 - x2) ** 2
-            x0, x1, x2 = n0, n1, n2
-            if step < tol:
-                break
-        modes[s, 0], modes[s, 1], modes[s, 2] = x0, x1, x2
+    for s in prange(seeds.shape[0]):
+        modes[s, 0], modes[s, 1], modes[s, 2] = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first,
+                                                       span, lo, side, bandwidth, max_iter)
     return modes
+
+
+@njit(cache=True)
+def _modes_of(points, weights, bandwidth, max_iter):  # pragma: no cover - numba
+    """`joint_modes` before ranking, on one thread: merged modes (m, 3) and the weight that climbed to each."""
+    # the density from cubes of half a bandwidth, climbed from cubes of a bandwidth (a mode is never narrower)
+    cells, cw = _grid_cells(points, weights, 0.5 * bandwidth)
+    seeds, sw = _grid_cells(points, weights, bandwidth)
+    order, first, span, lo, side = _bucket_cells(cells, KERNEL_REACH * bandwidth)
+    pts = cells[order]
+    wts = cw[order]
+    modes = seeds.copy()
+    for s in range(seeds.shape[0]):
+        modes[s, 0], modes[s, 1], modes[s, 2] = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first,
+                                                       span, lo, side, bandwidth, max_iter)
+    return _merge_modes(modes, sw, 0.5 * bandwidth)
+
+
+@njit(cache=True, parallel=True)
+def _joints_modes(points, area, probabilities, parts, threshold, bandwidth, max_iter, max_modes
+                  ):  # pragma: no cover - numba
+    """Every joint's strongest modes at once, one joint per thread: (J, max_modes, 3) modes, (J, max_modes)
+    weights (descending) and (J,) how many each joint has. Joint j sums the probabilities of the columns
+    parts[j, :] (-1 pads); pixels above `threshold` vote with that sum times their `area`."""
+    n_joints = parts.shape[0]
+    n = points.shape[0]
+    out_modes = np.zeros((n_joints, max_modes, 3))
+    out_weights = np.zeros((n_joints, max_modes))
+    counts = np.zeros(n_joints, dtype=np.int64)
+    for j in prange(n_joints):
+        p = np.zeros(n, dtype=np.float32)
+        for i in range(n):
+            acc = np.float32(0.0)
+            for c in parts[j]:
+                if c >= 0:
+                    acc += probabilities[i, c]
+            p[i] = acc
+        keep = np.flatnonzero(p > threshold)
+        if keep.size == 0:
+            continue
+        w = np.empty(keep.size)
+        for r in range(keep.size):
+            w[r] = np.float64(p[keep[r]]) * area[keep[r]]
+        centres, support = _modes_of(points[keep], w, bandwidth, max_iter)
+        rank = np.argsort(-support, kind="mergesort")[:max_modes]
+        counts[j] = rank.size
+        for r in range(rank.size):
+            out_modes[j, r] = centres[rank[r]]
+            out_weights[j, r] = support[rank[r]]
+    return out_modes, out_weights, counts
 
 
 def joint_modes(points_mm: np.ndarray, weights: np.ndarray, bandwidth_mm: float, max_modes: int
@@ -182,11 +237,7 @@ def joint_modes(points_mm: np.ndarray, weights: np.ndarray, bandwidth_mm: float,
         return np.zeros((0, 3)), np.zeros(0)
     pts = np.ascontiguousarray(points_mm, dtype=np.float64)
     w = np.ascontiguousarray(weights, dtype=np.float64)
-    # the density from cubes of half a bandwidth, climbed from cubes of a bandwidth (a mode is never narrower)
-    cells, cw = _grid_cells(pts, w, 0.5 * bandwidth_mm)
-    seeds, sw = _grid_cells(pts, w, float(bandwidth_mm))
-    modes = _mean_shift(seeds, cells, cw, float(bandwidth_mm), 30)
-    centres, support = _merge_modes(modes, sw, 0.5 * float(bandwidth_mm))
+    centres, support = _modes_of(pts, w, float(bandwidth_mm), 30)
     rank = np.argsort(-support, kind="stable")[:max_modes]
     return centres[rank], support[rank]
 
@@ -234,19 +285,25 @@ def propose_joints(probabilities: np.ndarray, pixels: np.ndarray, depth_mm: np.n
     joint name -> proposals, most confident first (empty when no pixel voted)
     """
     z = np.asarray(depth_mm, dtype=np.float64)
-    pts = camera.back_project(pixels[:, 0], pixels[:, 1], z)
+    pts = np.ascontiguousarray(camera.back_project(pixels[:, 0], pixels[:, 1], z), dtype=np.float64)
     area_cm2 = (z / 10.0) ** 2 / (camera.fx * camera.fy)  # a pixel's area on the surface, cm^2
+    names = list(joint_parts)
+    if not names:
+        return {}
+    parts = np.full((len(names), max(len(joint_parts[j]) for j in names)), -1, dtype=np.int64)
+    for j, name in enumerate(names):
+        parts[j, :len(joint_parts[name])] = np.asarray(joint_parts[name], dtype=np.int64) - 1
+    # one compiled call for every joint (a Python loop over joints cost as much as their mean shift)
+    modes, conf, counts = _joints_modes(pts, np.ascontiguousarray(area_cm2), np.asarray(probabilities, np.float32),
+                                        parts, np.float32(threshold), float(bandwidth_mm), 30, int(max_proposals))
     out: dict[str, list[JointProposal]] = {}
-    for joint, parts in joint_parts.items():
-        idx = np.asarray(parts, dtype=np.int64) - 1
-        p = probabilities[:, idx[0]] if idx.size == 1 else probabilities[:, idx].sum(axis=1)
-        keep = np.flatnonzero(p > threshold)
-        modes, conf = joint_modes(pts[keep], p[keep] * area_cm2[keep], bandwidth_mm, max_proposals)
+    for j, joint in enumerate(names):
+        m = modes[j, :counts[j]]
         push = float(push_mm.get(joint, 0.0))
-        pos = modes * (1.0 + push / modes[:, 2:3])  # along the ray through each mode, `push` mm deeper
+        pos = m * (1.0 + push / m[:, 2:3])  # along the ray through each mode, `push` mm deeper
         uv = camera.project(pos)
         out[joint] = [JointProposal((float(p[0]), float(p[1]), float(p[2])), (float(u), float(v)), float(c))
-                      for p, (u, v), c in zip(pos, uv, conf, strict=True)]
+                      for p, (u, v), c in zip(pos, uv, conf[j, :counts[j]], strict=True)]
     return out
 
 
