@@ -138,13 +138,13 @@ def plan_batch(scans: list[Path], out: str | os.PathLike, outputs: dict[str, tup
 
 
 def is_complete(item: BatchItem) -> bool:
-    """Whether `item` is done: its JSON parses and names its scan, and every other output asked for exists (the
-    JSON is written last)."""
+    """Whether `item` is done: its JSON parses, names its scan and holds its timings, and every other output asked
+    for exists (the JSON is written last)."""
     try:
         document = json.loads(item.json.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if not isinstance(document, dict) or document.get("scan") != str(item.scan) or "organs" not in document:
+    if not isinstance(document, dict) or document.get("scan") != str(item.scan) or "timing_s" not in document:
         return False
     return all(p.exists() for p in item.outputs.values())
 

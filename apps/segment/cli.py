@@ -3,6 +3,8 @@
     imageforest segment IMAGE --scribbles SCRIBBLES -o MASK [--overlay PNG] [--proba P] [--uncertainty U]
                        [--save-model M] [--threads N]
     imageforest segment IMAGE --model M -o MASK [--overlay PNG] [--proba P] [--uncertainty U] [--threads N]
+    imageforest segment IMAGE... --model M -o OUT/ [--overlay DIR] [--proba DIR] [--uncertainty DIR] [--json DIR]
+                       [--workers N | --scheduler ADDR] [--resume]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def commands() -> None:
 
 
 @commands.command("segment")
-@click.argument("image", type=click.Path(path_type=Path))
+@click.argument("images", nargs=-1, required=True)
 @click.option("--scribbles", "scribbles_path", type=click.Path(path_type=Path),
               help="Label image on the image's grid: 0 = not labelled, 1..K = classes (palette/grey PNG, TIFF, or "
                    "a volume).")
@@ -52,11 +54,24 @@ def commands() -> None:
                    f"{PICTURE['geodesic_weight']:g} for pictures, {VOLUME['geodesic_weight']:g} for volumes].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
-def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
+@click.option("--json", "json_dir", type=click.Path(path_type=Path), default=None,
+              help="A batch's JSON documents and report (a folder; default: OUT).")
+@click.option("--workers", type=int, default=None, help="Segment a batch on a local Dask cluster of N workers.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Segment a batch on the Dask cluster at ADDRESS, e.g. tcp://host:8786.")
+@click.option("--resume", is_flag=True, help="Skip images of a batch whose outputs in OUT are complete.")
+def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
-            geodesic_weight: float | None, trees: int, depth: int) -> None:
-    """Segment IMAGE from scribbles (or with a saved model) into a label mask."""
+            geodesic_weight: float | None, trees: int, depth: int, json_dir: Path | None, workers: int | None,
+            scheduler: str | None, resume: bool) -> None:
+    """Segment IMAGE from scribbles (or with a saved model) into a label mask.
+
+    With a saved model (--model) IMAGE may be several images, @LIST (a file listing one per line) or a quoted
+    glob ('pictures/*.png'): a batch. OUT and the other outputs are then folders, each image's files named after
+    it (<name>.png for a picture's mask, <name>.nii.gz for a volume's, <name>.json), the model is loaded once, an
+    image that fails is one line and the batch goes on; --workers/--scheduler run it on Dask, --resume skips
+    finished images, and OUT/batch_report.json reports every image."""
     if mask_path is not None and mask_alias is not None:
         raise _fail("give the mask once: -o/--out (--output is its older spelling)")
     mask_path = mask_path or mask_alias
@@ -64,6 +79,20 @@ def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, m
         raise _fail("Missing option '-o' / '--out' (the mask to write).")
     if threads is not None and threads < 1:
         raise _fail(f"--threads must be at least 1, got {threads}")
+    try:
+        from imageforest.batches import expand_scan_arguments
+
+        image_list = expand_scan_arguments(images)
+    except ImageForestError as exc:
+        raise _fail(str(exc)) from None
+    if len(image_list) > 1 or workers is not None or scheduler is not None or resume:
+        _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
+                       mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads, workers, scheduler,
+                       resume)
+        return
+    if json_dir is not None:
+        raise _fail("--json names a batch's folder of documents; give several images or --resume")
+    image = image_list[0]
     if (scribbles_path is None) == (model_path is None):
         raise _fail("give either --scribbles (train on this image) or --model (apply a saved model)")
     if model_path is not None and save_model_path is not None:
@@ -108,6 +137,44 @@ def segment(image: Path, scribbles_path: Path | None, model_path: Path | None, m
         raise _fail(f"{type(exc).__name__}: {exc}") from None
     counts = ", ".join(f"{int(c)}: {int((result.labels == c).sum())} px" for c in result.classes)
     click.echo(f"{mask_path}: {counts} ({time.perf_counter() - t0:.2f} s)", err=True)
+
+
+def _segment_batch(images: list[Path], model_path: Path | None, scribbles_path: Path | None,
+                   save_model_path: Path | None, smoothness: float | None, geodesic_weight: float | None,
+                   out: Path, proba: Path | None, uncertainty: Path | None, overlay: Path | None, json_dir: Path | None,
+                   threads: int | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
+    """`segment` over a batch with one saved model: in this process or on a Dask cluster; exit code 1 when any
+    image failed."""
+    from imageforest.batch_command import check_cluster_options, run_batch_command
+    from imageforest.imaging.pictures import regular_file
+
+    if model_path is None or scribbles_path is not None:
+        raise _fail("a batch applies a saved model: give --model (scribbles belong to one image)")
+    for flag, given in (("--save-model", save_model_path), ("--smoothness", smoothness),
+                        ("--geodesic-weight", geodesic_weight)):
+        if given is not None:
+            raise _fail(f"{flag} trains on scribbles; a batch applies the saved model as it is")
+    check_cluster_options(workers, scheduler)
+    try:
+        regular_file(model_path, "model")
+    except ImageForestError as exc:
+        raise _fail(str(exc)) from None
+    from imageforest.outputs import output_folder
+
+    for flag, folder in (("-o", out), ("--proba", proba), ("--uncertainty", uncertainty), ("--overlay", overlay),
+                         ("--json", json_dir)):
+        if folder is not None:
+            output_folder(folder, flag, "must be a folder for a batch (one output per image)")
+    from imageforest.apps.segment.batch import SegmentJob, plan_segment_batch
+
+    model = str(model_path.resolve())
+    absolute = lambda p: None if p is None else p.absolute()  # noqa: E731
+    report_dir = absolute(json_dir) or out.absolute()
+    run_batch_command(lambda n: SegmentJob(model, n),
+                      lambda: plan_segment_batch([p.absolute() for p in images], report_dir, out.absolute(),
+                                                 absolute(proba), absolute(uncertainty), absolute(overlay)),
+                      report_dir, workers=workers, scheduler=scheduler, threads=threads, resume=resume,
+                      verb="segmented", model_name=model, preload=("imageforest.apps.segment.api",))
 
 
 if __name__ == "__main__":

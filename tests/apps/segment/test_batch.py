@@ -1,0 +1,127 @@
+"""`imageforest segment IMAGES... --model M -o OUT/`: one model load, outputs named after each image, a failure
+is one line and the batch goes on, --resume skips finished images, the same masks as one image at a time."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image as PILImage
+
+from imageforest.cli import main
+from imageforest.imaging.io import Image, read_image, write_image
+
+from .conftest import disc_picture, strokes
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("segment_batch")
+    pictures = root / "pictures"
+    pictures.mkdir()
+    img, _ = disc_picture()
+    PILImage.fromarray(img).save(root / "train.png")
+    PILImage.fromarray(strokes(fg=1, bg=2)).save(root / "scribbles.png")
+    r = run("segment", root / "train.png", "--scribbles", root / "scribbles.png", "-o", root / "train_mask.png",
+            "--save-model", root / "m.npz")
+    assert r.exit_code == 0, r.output
+    discs = {}
+    for seed in (3, 4, 5):
+        picture, disc = disc_picture(seed=seed)
+        PILImage.fromarray(picture).save(pictures / f"p{seed}.png")
+        discs[f"p{seed}"] = disc
+    (pictures / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a picture")
+    return root, discs
+
+
+def test_a_folder_of_pictures_with_one_model(folder, tmp_path, monkeypatch):
+    import imageforest.apps.segment.api as api
+    import imageforest.batches as batches
+
+    root, discs = folder
+    out = tmp_path / "masks"
+    loads = []
+    original = api.load_segmentation_model
+    monkeypatch.setattr(api, "load_segmentation_model", lambda path: loads.append(path) or original(path))
+    monkeypatch.setattr(batches, "_WORKER_MODELS", {})
+    r = run("segment", str(root / "pictures" / "p*.png"), "--model", root / "m.npz", "-o", out,
+            "--overlay", tmp_path / "overlays")
+    assert r.exit_code == 0, r.output
+    report = json.loads((out / "batch_report.json").read_text())
+    assert report["ok"] == 3 and report["failed"] == 0
+    assert len(loads) == 1  # the model is loaded once for the whole batch
+    for stem, disc in discs.items():
+        mask = np.array(PILImage.open(out / f"{stem}.png"))
+        assert np.sum((mask == 1) & disc) / np.sum((mask == 1) | disc) > 0.8
+        single = tmp_path / f"{stem}_single.png"
+        assert run("segment", root / "pictures" / f"{stem}.png", "--model", root / "m.npz", "-o", single).exit_code == 0
+        assert np.array_equal(np.array(PILImage.open(single)), mask)  # the same mask as one image at a time
+        document = json.loads((out / f"{stem}.json").read_text())
+        assert [c["label"] for c in document["classes"]] == [1, 2]
+        assert sum(c["pixels"] for c in document["classes"]) == disc.size
+        assert document["classes"][0]["pixels"] == int((mask == 1).sum())
+        assert (tmp_path / "overlays" / f"{stem}_overlay.png").is_file()
+
+
+def test_a_failed_image_is_one_line_and_the_batch_goes_on(folder, tmp_path):
+    root, _ = folder
+    out = tmp_path / "masks"
+    images = [root / "pictures" / "p3.png", root / "pictures" / "broken.png", root / "pictures" / "p4.png"]
+    r = run("segment", *images, "--model", root / "m.npz", "-o", out)
+    assert r.exit_code == 1
+    assert "broken.png" in r.output and "Traceback" not in r.output
+    report = json.loads((out / "batch_report.json").read_text())
+    assert [e["status"] for e in report["entries"]] == ["ok", "failed", "ok"]
+    assert (out / "p3.png").is_file() and (out / "p4.png").is_file() and not (out / "broken.png").exists()
+    before = (out / "p3.json").stat().st_mtime_ns
+    r = run("segment", *images, "--model", root / "m.npz", "-o", out, "--resume")
+    report = json.loads((out / "batch_report.json").read_text())
+    assert [e["status"] for e in report["entries"]] == ["skipped", "failed", "skipped"]
+    assert (out / "p3.json").stat().st_mtime_ns == before
+
+
+def test_volumes_get_volume_outputs(tmp_path):
+    rng = np.random.default_rng(0)
+    vol = rng.normal(0, 1, (12, 20, 20)).astype(np.float32)
+    vol[4:8, 6:14, 6:14] += 6.0
+    scribbles = np.zeros(vol.shape, np.uint8)
+    scribbles[6, 8:12, 8:12] = 1
+    scribbles[6, :2, :] = 2
+    geometry = dict(spacing=np.array([1.0, 1.0, 2.0]), origin=np.zeros(3), direction=np.eye(3))
+    write_image(Image(vol, **geometry), tmp_path / "a.nii.gz")
+    write_image(Image(vol[::-1].copy(), **geometry), tmp_path / "b.nii.gz")
+    write_image(Image(scribbles, **geometry), tmp_path / "s.nii.gz")
+    r = run("segment", tmp_path / "a.nii.gz", "--scribbles", tmp_path / "s.nii.gz", "-o", tmp_path / "m0.nii.gz",
+            "--save-model", tmp_path / "v.npz")
+    assert r.exit_code == 0, r.output
+    r = run("segment", tmp_path / "a.nii.gz", tmp_path / "b.nii.gz", "--model", tmp_path / "v.npz",
+            "-o", tmp_path / "out", "--proba", tmp_path / "proba")
+    assert r.exit_code == 0, r.output
+    mask = read_image(tmp_path / "out" / "b.nii.gz")
+    assert mask.array.shape == vol.shape and set(np.unique(mask.array)) == {1, 2}
+    assert (tmp_path / "proba" / "a_proba.nii.gz").is_file()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--scribbles", "s.png"), "a batch applies a saved model"),
+    (("--model", "m.npz", "--smoothness", "2"), "--smoothness trains on scribbles"),
+    (("--model", "m.npz", "--workers", "0"), "--workers must be at least 1"),
+])
+def test_batch_options_refused_in_one_line(folder, tmp_path, extra, message):
+    root, _ = folder
+    args = [a if not a.endswith((".png", ".npz")) else root / a for a in extra]
+    r = run("segment", root / "pictures" / "p3.png", root / "pictures" / "p4.png", *args, "-o", tmp_path / "o")
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output
+
+
+def test_a_file_named_output_is_refused_as_a_batch_folder(folder, tmp_path):
+    root, _ = folder
+    r = run("segment", root / "pictures" / "p3.png", root / "pictures" / "p4.png", "--model", root / "m.npz",
+            "-o", tmp_path / "mask.png")
+    assert r.exit_code != 0 and "named like a file" in r.output and not (tmp_path / "mask.png").exists()
