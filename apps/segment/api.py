@@ -22,7 +22,8 @@ def load_segmentation_model(path: str | Path) -> SegmentationForest:
 
 def segment_file(image: str | Path, scribbles: str | Path | None = None, model: str | Path | SegmentationForest |
                  None = None, *, n_trees: int | None = None, max_depth: int | None = None,
-                 smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False
+                 smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False,
+                 init: str | Path | None = None, background: int | None = None, init_weight: float | None = None
                  ) -> tuple[Segmentation, Image, SegmentationForest | None]:
     """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
     saved `model` (a path or a loaded model); exactly one of the two.
@@ -30,10 +31,15 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     The settings left None are the recipe's for the image's kind (`recipe.py`). Returns the segmentation, the image
     as read, and, with `keep_model`, a forest for other images grown on the scribbles and the pixels the
     segmentation is sure of (`SegmentationSession.model`; None otherwise, and when a model was applied).
+    `init` is a label map on the image's grid to start from (e.g. `imageforest contour`'s; 0 = background): the
+    scribbled organs are corrected and the labels come back in its numbering (`SegmentationSession.set_init`;
+    `background` the background strokes' number, `init_weight` its share of the pooling).
     """
     if (scribbles is None) == (model is None):
         raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
     picture = read_segmentation_image(image)
+    if init is not None and scribbles is None:
+        raise InvalidInputError("an automatic segmentation to start from (init) is corrected with scribbles")
     if model is not None:
         forest = model if isinstance(model, SegmentationForest) else load_segmentation_model(model)
         return forest.segment(picture), picture, None
@@ -43,4 +49,7 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     forest = SegmentationForest.for_kind(picture.ndim == 3, n_trees=n_trees, max_depth=max_depth)
     session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness)
     session.set_scribbles(labels)
+    if init is not None:
+        session.set_init(read_scribbles(init, picture, "the init"), background,
+                         session.init_weight if init_weight is None else init_weight)
     return session.update(), picture, session.model() if keep_model else None

@@ -54,6 +54,13 @@ def commands() -> None:
                    f"{PICTURE['geodesic_weight']:g} for pictures, {VOLUME['geodesic_weight']:g} for volumes].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
+@click.option("--init", "init_path", type=click.Path(path_type=Path), default=None,
+              help="Start from an automatic segmentation on the image's grid (e.g. `imageforest contour`'s label map, "
+                   "0 = background): the scribbled organs are corrected, the others kept; the mask keeps its "
+                   "numbering.")
+@click.option("--background", type=int, default=None,
+              help="With --init: the scribble number painted for background (default: the largest scribbled "
+                   "number the init does not use).")
 @click.option("--json", "json_dir", type=click.Path(path_type=Path), default=None,
               help="A batch's JSON documents and report (a folder; default: OUT).")
 @click.option("--workers", type=int, default=None, help="Segment a batch on a local Dask cluster of N workers.")
@@ -63,8 +70,8 @@ def commands() -> None:
 def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
-            geodesic_weight: float | None, trees: int, depth: int, json_dir: Path | None, workers: int | None,
-            scheduler: str | None, resume: bool) -> None:
+            geodesic_weight: float | None, trees: int, depth: int, init_path: Path | None, background: int | None,
+            json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
     With a saved model (--model) IMAGE may be several images, @LIST (a file listing one per line) or a quoted
@@ -85,7 +92,11 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         image_list = expand_scan_arguments(images)
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
+    if init_path is None and background is not None:
+        raise _fail("--background names the background strokes' number for --init")
     if len(image_list) > 1 or workers is not None or scheduler is not None or resume:
+        if init_path is not None:
+            raise _fail("--init belongs to one image and its scribbles, not to a batch")
         _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
                        mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads, workers, scheduler,
                        resume)
@@ -97,12 +108,15 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         raise _fail("give either --scribbles (train on this image) or --model (apply a saved model)")
     if model_path is not None and save_model_path is not None:
         raise _fail("--save-model needs --scribbles (a model given with --model is already saved)")
-    inputs = [p for p in (image, scribbles_path, model_path) if p is not None]
+    if init_path is not None and scribbles_path is None:
+        raise _fail("--init is corrected with scribbles: give --scribbles")
+    inputs = [p for p in (image, scribbles_path, model_path, init_path) if p is not None]
     try:
         from imageforest.apps.segment.image_files import check_output_suffixes
         from imageforest.imaging.pictures import regular_file
 
-        for path, what in ((image, "image"), (scribbles_path, "scribbles"), (model_path, "model")):
+        for path, what in ((image, "image"), (scribbles_path, "scribbles"), (model_path, "model"),
+                           (init_path, "init")):
             if path is not None and not (what == "image" and path.is_dir()):  # a DICOM folder is an image
                 regular_file(path, what)
         check_output_suffixes(image, mask_path, proba_path, uncertainty_path, overlay_path, save_model_path)
@@ -119,7 +133,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         with numba_threads(threads):
             result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
-                                                  keep_model=save_model_path is not None)
+                                                  keep_model=save_model_path is not None, init=init_path,
+                                                  background=background)
         # every output of the run moves into place together, or none does
         with StagedOutputs() as out:
             write_labels(result.labels, out.path(mask_path), picture)
@@ -135,7 +150,10 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         raise _fail(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}") from None
-    counts = ", ".join(f"{int(c)}: {int((result.labels == c).sum())} px" for c in result.classes)
+    import numpy as np
+
+    values, sizes = np.unique(result.labels, return_counts=True)
+    counts = ", ".join(f"{int(c)}: {int(n)} px" for c, n in zip(values, sizes, strict=True))
     click.echo(f"{mask_path}: {counts} ({time.perf_counter() - t0:.2f} s)", err=True)
 
 

@@ -50,39 +50,40 @@ def read_segmentation_image(path: str | os.PathLike) -> Image:
     return image
 
 
-def read_scribbles(path: str | os.PathLike, image: Image) -> np.ndarray:
-    """Scribbles for `image` as int64 labels on its spatial grid ((y, x) or (z, y, x)), 0 = not labelled."""
+def read_scribbles(path: str | os.PathLike, image: Image, what: str = "scribbles") -> np.ndarray:
+    """Scribbles (or another label map, named `what` in messages, e.g. an automatic segmentation to start from)
+    for `image` as int64 labels on its spatial grid ((y, x) or (z, y, x)), 0 = not labelled."""
     from imageforest.imaging.pictures import load_picture, max_pixels, regular_file
 
     path = Path(path)
     shape = image.array.shape[: image.ndim]
     if image.ndim == 2 and _suffix(path) in PICTURE_SUFFIXES:
-        arr, mode = load_picture(path, "scribbles", max_pixels(MAX_SEGMENT_PIXELS), labels=True)
+        arr, mode = load_picture(path, what, max_pixels(MAX_SEGMENT_PIXELS), labels=True)
         if arr.ndim == 3:
             if mode in ("RGB", "RGBA") and np.all(arr[..., 0:1] == arr[..., :3]):
                 arr = arr[..., 0]  # a grey label image stored as RGB
             else:
-                raise InvalidInputError(f"{path}: scribbles are a colour ({mode}) image; give a label image "
+                raise InvalidInputError(f"{path}: {what} are a colour ({mode}) image; give a label image "
                                         "(palette or greyscale PNG, 0 = not labelled, 1..K = classes)")
     else:
         if not path.is_dir():
-            regular_file(path, "scribbles")
+            regular_file(path, what)
         labels = read_image(path)
         arr = labels.array
         if image.ndim == 3 and labels.ndim == 3 and arr.shape == shape:
-            _check_same_grid(labels, image, path)
+            _check_same_grid(labels, image, path, what)
     if arr.shape != shape:
-        raise InvalidInputError(f"{path}: scribbles of shape {arr.shape} do not match the image's grid {shape}")
+        raise InvalidInputError(f"{path}: {what} of shape {arr.shape} do not match the image's grid {shape}")
     if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
-        raise InvalidInputError(f"{path}: scribbles must be whole-number labels")
+        raise InvalidInputError(f"{path}: {what} must be whole-number labels")
     if arr.dtype.kind not in "biuf":
-        raise InvalidInputError(f"{path}: scribbles must be integer labels, got {arr.dtype}")
+        raise InvalidInputError(f"{path}: {what} must be integer labels, got {arr.dtype}")
     if arr.size and arr.min() < 0:
-        raise InvalidInputError(f"{path}: scribbles must be >= 0 (0 = not labelled)")
+        raise InvalidInputError(f"{path}: {what} must be >= 0 (0 = not labelled)")
     return arr.astype(np.int64)
 
 
-def _check_same_grid(labels: Image, image: Image, path: Path) -> None:
+def _check_same_grid(labels: Image, image: Image, path: Path, what: str = "scribbles") -> None:
     """Scribbles of a volume lie on its grid: the same spacing, origin and direction, not only the same shape (a
     label map of another scan would label other anatomy)."""
     tol = 1e-3 * float(np.min(image.spacing))
@@ -94,7 +95,7 @@ def _check_same_grid(labels: Image, image: Image, path: Path) -> None:
     if not np.allclose(labels.direction, image.direction, atol=1e-4):
         problems.append("another direction")
     if problems:
-        raise InvalidInputError(f"{path}: scribbles on another grid than the image ({'; '.join(problems)})")
+        raise InvalidInputError(f"{path}: {what} on another grid than the image ({'; '.join(problems)})")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:

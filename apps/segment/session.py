@@ -17,6 +17,12 @@ part through the image's own geometry):
 4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
 5. uncertainty is the pooled posterior's entropy; `suggest` proposes the centres of the most uncertain regions
    not yet scribbled (active learning, sec. 7.4).
+
+Starting from an automatic result (`set_init`: a label map such as `imageforest contour`'s, 0 = background): the
+scribbled organs are corrected, the others stay as they were. The init's map of each scribbled class, softened
+over a voxel, is one more term of the pooling, p proportional to p_init^b p^(1 - b) (b = `init_weight`); strokes
+override it where they disagree; the background strokes' number stands for the init's 0 and for every organ not
+scribbled, whose voxels keep their init label. The labels are then in the init's numbering (0 = background).
 `model` grows an inductive forest on the scribbles plus the confidently transduced pixels, for other images.
 """
 
@@ -40,6 +46,8 @@ from imageforest.kernels import njit
 PICTURE_GEODESIC_WEIGHT, PICTURE_SMOOTHNESS = PICTURE["geodesic_weight"], PICTURE["smoothness"]
 VOLUME_GEODESIC_WEIGHT, VOLUME_SMOOTHNESS = VOLUME["geodesic_weight"], VOLUME["smoothness"]
 GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
+INIT_WEIGHT = VOLUME["init_weight"]
+INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian this wide (its borders are uncertain)
 
 
 class SegmentationSession:
@@ -83,6 +91,9 @@ class SegmentationSession:
         self.smoothness = float(smoothness)
         self.max_training_pixels = max_training_pixels
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
+        self.init: np.ndarray | None = None
+        self.init_weight = INIT_WEIGHT
+        self.background: int | None = None
         self.result: Segmentation | None = None
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
@@ -113,6 +124,22 @@ class SegmentationSession:
         """Add strokes: nonzero entries of `labels` overwrite the scribbles there."""
         new = self._checked(labels)
         self.scribbles = np.where(new > 0, new, self.scribbles)
+
+    def set_init(self, labels, background: int | None = None, weight: float = INIT_WEIGHT) -> None:
+        """Start from an automatic segmentation: `labels` on the image's grid (0 = background, 1..K = organs; None
+        forgets it). `background` is the scribble number painted for background (default: the largest scribbled
+        number the init does not use); `weight` is b, the init's share of the pooled posterior (0..1)."""
+        if labels is None:
+            self.init = None
+            return
+        if not (isinstance(weight, (int, float)) and 0.0 <= weight <= 1.0):
+            raise InvalidInputError(f"the init's weight must be a number in [0, 1], got {weight!r}")
+        if background is not None and not (isinstance(background, (int, np.integer)) and background >= 1):
+            raise InvalidInputError(f"the background's scribble number must be a positive integer, got {background!r}")
+        init = self._checked(labels)
+        if background is not None and background in set(np.unique(init).tolist()):
+            raise InvalidInputError(f"the background's scribble number {background} is an organ of the init")
+        self.init, self.background, self.init_weight = init, None if background is None else int(background), weight
 
     # -- segmentation -------------------------------------------------------------------------------------
     def update(self) -> Segmentation:
@@ -148,11 +175,15 @@ class SegmentationSession:
             pooled = np.empty(p_forest.shape, dtype=np.float32)
             run_ranges(_pool_range, flat.size, distances, np.ascontiguousarray(p_forest, dtype=np.float32),
                        self.geodesic_weight, GEODESIC_FLOOR, pooled, min_per_thread=4096)
+        fixed = np.full(flat.size, -1, dtype=np.int64)
+        fixed[index] = np.searchsorted(classes, flat[index])
+        if self.init is not None:
+            background = self._init_background(classes)
+            pooled, untouched = self._pool_init(pooled, classes, background)
+            fixed[untouched & (fixed < 0)] = int(np.searchsorted(classes, background))
         t2 = time.perf_counter()
         timing["geodesic"] = t2 - t1
         yield "geodesic"
-        fixed = np.full(flat.size, -1, dtype=np.int64)
-        fixed[index] = np.searchsorted(classes, flat[index])
         grid = self.prepared.guide.shape[:3]
         if self.smoothness > 0 and (self._edges is None or self._edges[0] != self.smoothness):
             self._edges = (self.smoothness, contrast_weights(self.prepared.guide, self.prepared.spacing,
@@ -161,10 +192,50 @@ class SegmentationSession:
                         self.smoothness, fixed.reshape(grid), edges=self._edges[1] if self._edges else None)
         timing["graph_cut"] = time.perf_counter() - t2
         shape = self.shape
-        self.result = Segmentation(classes[idx].reshape(shape).astype(label_dtype(classes)),
+        labels = classes[idx].ravel()
+        if self.init is not None:  # back to the init's numbering: organs not scribbled keep their voxels
+            init = self.init.ravel()
+            labels = np.where(labels == background, 0, labels)
+            keep = untouched & (flat == 0)
+            labels[keep] = init[keep]
+        numbers = classes if self.init is None else np.r_[classes, self.init.max()]
+        self.result = Segmentation(labels.reshape(shape).astype(label_dtype(numbers)),
                                    pooled.astype(np.float32).reshape(*shape, classes.size),
                                    entropy(pooled).reshape(shape), classes, timing)
         return self.result
+
+    def _init_background(self, classes: np.ndarray) -> int:
+        """The scribble number that stands for the init's background."""
+        used = set(np.unique(self.init).tolist())
+        if self.background is not None:
+            if self.background not in classes:
+                raise InvalidInputError(f"no background strokes: paint the background with {self.background}")
+            return self.background
+        free = [int(c) for c in classes if int(c) not in used]
+        if not free:
+            raise InvalidInputError("every scribbled number is an organ of the init: paint the background with a "
+                                    f"number the init does not use (e.g. {max(used) + 1})")
+        return free[-1]
+
+    def _pool_init(self, pooled: np.ndarray, classes: np.ndarray, background: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pooled posterior (n, C) with the init's term, and the voxels (n,) bool of organs not scribbled."""
+        from scipy import ndimage
+
+        init = self.init
+        organs = [int(c) for c in classes if c != background]
+        untouched = ((init > 0) & ~np.isin(init, organs)).ravel()
+        low = np.log(1e-6)
+        b = float(self.init_weight)
+        log_p = np.empty(pooled.shape, dtype=np.float32)
+        for k, c in enumerate(classes):
+            member = (init == c) if c != background else ~np.isin(init, organs)
+            soft = ndimage.gaussian_filter(member.astype(np.float32), INIT_SOFTENING)
+            log_p[:, k] = (b * np.maximum(np.log(np.maximum(soft.ravel(), 1e-30)), low)
+                           + (1.0 - b) * np.maximum(np.log(np.maximum(pooled[:, k], 1e-30)), low))
+        log_p -= log_p.max(axis=1, keepdims=True)
+        out = np.exp(log_p)
+        out /= out.sum(axis=1, keepdims=True)
+        return out, untouched
 
     def _new_forest(self) -> SegmentationForest:
         return SegmentationForest(**self.settings.get_params())

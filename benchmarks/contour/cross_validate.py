@@ -68,6 +68,8 @@ def main() -> None:
                     help="override a recipe setting of both forests (JSON value), e.g. --set n_trees=4")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--save-models", type=Path, default=None, metavar="DIR",
+                    help="keep each fold's forests as DIR/<method>_fold<k>.npz (e.g. to start segmentation from)")
     args = ap.parse_args()
 
     cases, organs = openkbp_cases(args.data)
@@ -107,6 +109,9 @@ def main() -> None:
                 model = OrganContourer(**params).fit_scans([scans[i] for i in train], [labels[i] for i in train],
                                                            [boxes[cases[i].name] for i in train])
             entry["train_s"].append(time.perf_counter() - t1)
+            if args.save_models is not None and method != "atlas":
+                args.save_models.mkdir(parents=True, exist_ok=True)
+                model.save(args.save_models / f"{method}_fold{fold}.npz")
             for i in test[:args.atlas_cases] if method == "atlas" else test:
                 t2 = time.perf_counter()
                 if method == "atlas":

@@ -2,6 +2,8 @@
 segmenter on the same volume and scribbles.
 
     python benchmarks/segment/ct.py ../shared/data/openkbp-hn [--cases 3]
+    python benchmarks/segment/ct.py ../shared/data/openkbp-hn --fold 0 --cases 10 --no-peer \
+        --init-model bench_out/models/entangled_fold0.npz --init-weights 0.25,0.5,0.75
 
 Scribbles are simulated from the reference organ label maps as a user would paint them: on three axial slices per
 organ (at a quarter, half and three quarters of its height), the organ's cross-section one voxel in from its
@@ -10,6 +12,12 @@ the organs plus every 8th row of the slice wherever it is over 2 voxels from any
 over the whole volume, the seconds to compute the features (once per volume) and per update, and for
 scikit-image's `fit_segmenter` (scikit-learn's random forest of 50 trees on `multiscale_basic_features`, sigma
 1-16) its seconds per volume, features included.
+
+With `--init-model` (a contour model; with `--fold K` the scans are fold K's test scans of
+`benchmarks/contour/cross_validate.py`'s split, so a model it saved for that fold never saw them) each scan is first
+contoured automatically (the shipped localizer's boxes) and the session starts from those labels at each weight of
+`--init-weights` (`SegmentationSession.set_init`): Dice of the automatic contours alone, of the scribbles alone,
+and of the scribbles corrected from the contours.
 """
 
 from __future__ import annotations
@@ -81,8 +89,28 @@ def main() -> None:
     parser.add_argument("data", type=Path)
     parser.add_argument("--cases", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--fold", type=int, default=None, help="fold K's test scans of the contour cross-validation")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-peer", action="store_true", help="skip scikit-image's segmenter")
+    parser.add_argument("--init-model", type=Path, default=None, help="a contour model to start from")
+    parser.add_argument("--init-weights", default="0.5")
     args = parser.parse_args()
-    cases = sorted(args.data.glob("*_ct.nii.gz"))[: args.cases]
+    cases = sorted(args.data.glob("*_ct.nii.gz"))
+    if args.fold is not None:  # the same split as benchmarks/contour/cross_validate.py
+        from imageforest.imaging.ct_organs import openkbp_cases
+
+        named = openkbp_cases(args.data)[0]
+        fold_of = np.random.default_rng(args.seed).permutation(len(named)) % args.folds
+        cases = [named[i].scan for i in np.flatnonzero(fold_of == args.fold)]
+    cases = cases[: args.cases]
+    contourer = localizer = None
+    weights = [float(w) for w in args.init_weights.split(",")]
+    if args.init_model is not None:
+        from imageforest.apps.contour.api import load_contourer
+        from imageforest.apps.localize.api import load_localizer
+
+        contourer, localizer = load_contourer(args.init_model), load_localizer()
     rows = []
     for ct_path in cases:
         ct = read_image(ct_path)
@@ -94,24 +122,43 @@ def main() -> None:
         session.set_scribbles(scr)
         result = session.update()
         t2 = time.perf_counter()
-        peer = fit_segmenter_peer(ct.array, scr)
+        no_peer = np.zeros_like(labels)
+        peer = no_peer if args.no_peer else fit_segmenter_peer(ct.array, scr)
         t3 = time.perf_counter()
-        tuned = fit_segmenter_peer(ct.array, scr, balanced=True)
+        tuned = no_peer if args.no_peer else fit_segmenter_peer(ct.array, scr, balanced=True)
         row = {"case": ct_path.name, "features_s": t1 - t0, "update_s": t2 - t1, "update_steps_s": result.timing_s,
                "peer_s": t3 - t2, "dice": {}, "peer_dice": {}, "tuned_peer_dice": {}}
+        outcomes = {"dice": result.labels, "peer_dice": peer, "tuned_peer_dice": tuned}
+        if contourer is not None:
+            from imageforest.apps.contour.api import contour_scan
+            from imageforest.imaging.ct import read_scan
+
+            automatic = contour_scan(read_scan(ct_path), contourer, localizer, posterior=False)[0].labels.array
+            outcomes["contour_dice"] = automatic
+            for w in weights:
+                session.set_init(automatic, BACKGROUND, w)
+                t4 = time.perf_counter()
+                outcomes[f"init_{w:g}_dice"] = session.update().labels
+                row[f"init_{w:g}_update_s"] = time.perf_counter() - t4
+        for key in outcomes:
+            row.setdefault(key, {})
         for k, organ in enumerate(ORGANS, start=1):
             if (labels == k).any():
-                row["dice"][organ] = dice(result.labels == k, labels == k)
-                row["peer_dice"][organ] = dice(peer == k, labels == k)
-                row["tuned_peer_dice"][organ] = dice(tuned == k, labels == k)
+                for key, predicted in outcomes.items():
+                    row[key][organ] = dice(predicted == k, labels == k)
         rows.append(row)
         print(f"{ct_path.name}: features {t1 - t0:.2f} s, update {t2 - t1:.2f} s "
               f"({', '.join(f'{k} {v:.2f}' for k, v in result.timing_s.items())}), fit_segmenter {t3 - t2:.1f} s")
+    keys = ["dice", "peer_dice", "tuned_peer_dice"]
+    if contourer is not None:
+        keys += ["contour_dice", *(f"init_{w:g}_dice" for w in weights)]
     print(f"\nDice per organ over {len(rows)} scans (imageforest | scikit-image fit_segmenter as in its example | "
-          "fit_segmenter, all voxels, balanced classes)")
+          "fit_segmenter, all voxels, balanced classes" + (" | contour model alone | from its contours at init "
+                                                            f"weights {', '.join(map(str, weights))}" if contourer
+                                                            else "") + ")")
     means = []
     for organ in ORGANS:
-        cols = [[r[key][organ] for r in rows if organ in r[key]] for key in ("dice", "peer_dice", "tuned_peer_dice")]
+        cols = [[r[key][organ] for r in rows if organ in r[key]] for key in keys]
         if cols[0]:
             means.append([np.mean(c) for c in cols])
             print(f"  {organ:14s} " + " | ".join(f"{np.mean(c):.3f}" for c in cols) + f"  ({len(cols[0])} scans)")

@@ -125,3 +125,60 @@ def test_a_file_named_output_is_refused_as_a_batch_folder(folder, tmp_path):
     r = run("segment", root / "pictures" / "p3.png", root / "pictures" / "p4.png", "--model", root / "m.npz",
             "-o", tmp_path / "mask.png")
     assert r.exit_code != 0 and "named like a file" in r.output and not (tmp_path / "mask.png").exists()
+
+
+def _two_organ_volume(tmp_path):
+    """A volume with two bright blocks (organs 1 and 2), an init that has organ 2 right and organ 1 shifted by
+    four voxels, and scribbles that correct organ 1 (label 1) with background strokes (label 3)."""
+    rng = np.random.default_rng(1)
+    vol = rng.normal(0, 0.5, (16, 24, 24)).astype(np.float32)
+    truth = np.zeros(vol.shape, np.uint8)
+    truth[4:12, 4:10, 4:10] = 1
+    truth[4:12, 14:20, 14:20] = 2
+    vol[truth == 1] += 5.0
+    vol[truth == 2] += 3.0
+    init = np.zeros_like(truth)
+    init[4:12, 8:14, 4:10] = 1  # shifted
+    init[4:12, 14:20, 14:20] = 2
+    init[4:12, 14:16, 14:16] = 0  # a notch the user does not correct: it must stay
+    scribbles = np.zeros_like(truth)
+    for z in (5, 8, 10):
+        scribbles[z, 5:9, 5:9] = 1
+        scribbles[z, 11:13, 4:10] = 3  # where the init wrongly put organ 1
+        scribbles[z, 0:2, :] = 3
+    geometry = dict(spacing=np.array([1.0, 1.0, 2.0]), origin=np.zeros(3), direction=np.eye(3))
+    for name, arr in (("ct", vol), ("init", init), ("s", scribbles)):
+        write_image(Image(arr, **geometry), tmp_path / f"{name}.nii.gz")
+    return truth, init
+
+
+def test_init_corrects_the_scribbled_organ_and_keeps_the_others(tmp_path):
+    truth, init = _two_organ_volume(tmp_path)
+    r = run("segment", tmp_path / "ct.nii.gz", "--scribbles", tmp_path / "s.nii.gz", "--init",
+            tmp_path / "init.nii.gz", "-o", tmp_path / "mask.nii.gz")
+    assert r.exit_code == 0, r.output
+    mask = read_image(tmp_path / "mask.nii.gz").array
+    assert set(np.unique(mask)) == {0, 1, 2}  # the init's numbering: 0 background, the strokes' 3 gone
+    dice = 2 * np.sum((mask == 1) & (truth == 1)) / (np.sum(mask == 1) + np.sum(truth == 1))
+    before = 2 * np.sum((init == 1) & (truth == 1)) / (np.sum(init == 1) + np.sum(truth == 1))
+    assert before < 0.5 and dice > before + 0.3
+    assert np.array_equal(mask == 2, init == 2)  # organ 2 was not scribbled: it did not move, notch included
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--background", "2"), "is an organ of the init"),
+    (("--background", "5"), "paint the background with 5"),
+])
+def test_init_background_refused_in_one_line(tmp_path, extra, message):
+    _two_organ_volume(tmp_path)
+    r = run("segment", tmp_path / "ct.nii.gz", "--scribbles", tmp_path / "s.nii.gz", "--init",
+            tmp_path / "init.nii.gz", "-o", tmp_path / "mask.nii.gz", *extra)
+    assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "mask.nii.gz").exists()
+
+
+def test_init_needs_scribbles_and_one_image(folder, tmp_path):
+    root, _ = folder
+    r = run("segment", root / "pictures" / "p3.png", "--model", root / "m.npz", "--init", root / "train_mask.png",
+            "-o", tmp_path / "m.png")
+    assert r.exit_code == 1 and "--init is corrected with scribbles" in r.output
