@@ -40,6 +40,7 @@ from qtpy.QtWidgets import (
 
 from imageforest.apps.segment import SegmentationForest, SegmentationSession
 from imageforest.exceptions import ImageForestError
+from napari_imageforest._contour_widget import ORGANS_LAYER
 
 SCRIBBLES = "scribbles"
 N_SUGGESTIONS = 5
@@ -90,6 +91,9 @@ class SegmentationWidget(QWidget):
         self.progress.setRange(0, 1)
         self.hide_background = QCheckBox("Leave the last label (background) undrawn")
         self.hide_background.setChecked(True)
+        self.from_organs = QCheckBox(f"Start from the '{ORGANS_LAYER}' layer (paint an organ's number to correct "
+                                     "it, the background with a new number)")
+        self.from_organs.setChecked(True)
         self.suggest_button = QPushButton("Next suggestion")
         self.target_combo = QComboBox()
         self.apply_button = QPushButton("Apply model to layer")
@@ -103,6 +107,7 @@ class SegmentationWidget(QWidget):
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addWidget(self.hide_background)
+        layout.addWidget(self.from_organs)
         layout.addWidget(self.suggest_button)
         layout.addWidget(QLabel("Apply the model to"))
         layout.addWidget(self.target_combo)
@@ -220,6 +225,7 @@ class SegmentationWidget(QWidget):
             return
         try:
             self.session.set_scribbles(np.asarray(self.scribbles.data))
+            self.session.set_init(self._organs())
         except ImageForestError as exc:
             self._error(exc)
             return
@@ -241,6 +247,14 @@ class SegmentationWidget(QWidget):
         self._busy("Segmenting ...")
         self._run(work, returned=self._updated)
 
+    def _organs(self) -> np.ndarray | None:
+        """The automatic organs to start from: the "organs" layer (from Contour organs) when the box is checked and
+        it lies on this image's grid, else None."""
+        layer = self._layer_named(ORGANS_LAYER)
+        if not self.from_organs.isChecked() or layer is None or np.shape(layer.data) != self.session.shape:
+            return None
+        return np.asarray(layer.data)
+
     def _updated(self, value) -> None:
         generation, result, suggestions = value
         if generation != self.generation:
@@ -248,7 +262,8 @@ class SegmentationWidget(QWidget):
         self.model = None  # grown from this result when asked for
         kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
         self._set_layer("segmentation", result.labels, Labels, opacity=0.45, **kw)
-        self._colour_like_scribbles(self._layer_named("segmentation"), result.classes)
+        self._colour_like_scribbles(self._layer_named("segmentation"), result.classes,
+                                    np.unique(result.labels) if self.session.init is not None else ())
         self._set_layer("probability", result.probabilities[..., 0], ImageLayer, colormap="magma",
                         contrast_limits=(0.0, 1.0), visible=False, **kw)
         top = float(np.log(result.classes.size))
@@ -262,15 +277,17 @@ class SegmentationWidget(QWidget):
         t = result.timing_s
         self._idle(f"Updated in {sum(t.values()):.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
 
-    def _colour_like_scribbles(self, layer: Labels, classes: np.ndarray) -> None:
+    def _colour_like_scribbles(self, layer: Labels, classes: np.ndarray, kept=()) -> None:
         """Each class in its scribbles' colour; the last (the background, by the usual numbering) transparent when
-        the check box says so, so that the image shows through around the objects."""
+        the check box says so, so that the image shows through around the objects. `kept`: label values started
+        from automatic organs (in the same colours; 0, their background, clear)."""
         clear = np.zeros(4)
         colours = {None: clear, 0: clear}
-        for c in classes:
+        for c in [*classes, *kept]:
             colours[int(c)] = np.asarray(self.scribbles.colormap.map(int(c)), dtype=float).reshape(-1)[:4]
-        if self.hide_background.isChecked():
+        if self.hide_background.isChecked() and len(kept) == 0:
             colours[int(classes[-1])] = clear
+        colours[0] = clear
         layer.colormap = DirectLabelColormap(color_dict=colours)
 
     def _set_layer(self, name: str, data: np.ndarray, kind, **kwargs) -> None:

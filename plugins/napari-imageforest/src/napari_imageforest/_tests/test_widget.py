@@ -160,3 +160,36 @@ def test_volume_with_spacing(make_napari_viewer, qtbot):
     qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
     seg = viewer.layers["segmentation"].data == 1
     assert 2 * np.sum(seg & ball) / (seg.sum() + ball.sum()) > 0.85
+
+
+def test_scribbles_correct_the_contoured_organs(make_napari_viewer, qtbot):
+    """The 'organs' layer (as Contour organs adds it) is where the segmentation starts: the painted organ moves to
+    the scribbles, the organ left alone keeps its voxels, and the labels stay in the organs' numbering."""
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(2)
+    vol = rng.normal(0, 0.5, (16, 24, 24)).astype(np.float32)
+    truth = np.zeros(vol.shape, np.uint8)
+    truth[4:12, 4:10, 4:10] = 1
+    vol[truth == 1] += 5.0
+    vol[4:12, 14:20, 14:20] += 3.0
+    organs = np.zeros_like(truth)
+    organs[4:12, 8:14, 4:10] = 1  # the automatic organ 1 is off by four voxels
+    organs[4:12, 15:20, 15:20] = 2
+    viewer.add_image(vol, name="ct", scale=(2.0, 1.0, 1.0))
+    viewer.add_labels(organs, name="organs", scale=(2.0, 1.0, 1.0))
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    assert widget.from_organs.isChecked()
+    widget.start(viewer.layers["ct"])
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    data = viewer.layers["scribbles"].data.copy()
+    for z in (5, 8, 10):
+        data[z, 5:9, 5:9] = 1
+        data[z, 11:13, 4:10] = 3
+        data[z, 0:2, :] = 3
+    viewer.layers["scribbles"].data = data
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    seg = viewer.layers["segmentation"].data
+    assert set(np.unique(seg)) == {0, 1, 2}
+    assert np.array_equal(seg == 2, organs == 2)
+    assert 2 * np.sum((seg == 1) & (truth == 1)) / (np.sum(seg == 1) + np.sum(truth == 1)) > 0.6
