@@ -1,7 +1,7 @@
 """Density forests that choose their own depth and variance floor, against the peers a user would try first, side by
 side in one process.
 
-    python benchmarks/engine/density_depth.py [--sets mixture5,spiral2,wine,blobs6] [--n 3000]
+    python benchmarks/engine/density_depth.py [--sets mixture5,spiral2,wine,blobs6] [--n 3000] [--draws K]
 
 For every set (n training and n held-out points): held-out mean log-likelihood (higher is better) and fit and
 scoring time of
@@ -76,7 +76,7 @@ def wine(n: int) -> tuple[np.ndarray, np.ndarray] | None:
     return X[idx[:half]][:n], X[idx[half:]][:n]
 
 
-def sets(names: list[str], n: int):
+def sets(names: list[str], n: int, draws: int = 1):
     makers = {"mixture5": mixture5, "spiral2": spiral2, "blobs6": blobs6}
     for name in names:
         if name == "wine":
@@ -85,8 +85,9 @@ def sets(names: list[str], n: int):
                 print(f"wine: {DATA} is absent (the shared data); skipped")
                 continue
             yield name, *got
-        else:
-            yield name, makers[name](n, 0), makers[name](n, 1)
+        else:  # draw k: training points from seed 2k, held-out points from seed 2k + 1
+            for k in range(draws):
+                yield name if draws == 1 else f"{name}/{k}", makers[name](n, 2 * k), makers[name](n, 2 * k + 1)
 
 
 def timed(fn):
@@ -99,13 +100,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="mixture5,spiral2,wine,blobs6")
     ap.add_argument("--n", type=int, default=3000)
+    ap.add_argument("--draws", type=int, default=1, help="draws of each generated set (their spread is the noise)")
     args = ap.parse_args()
     DensityForest(4, max_depth=3, variance_floor=1e-3, random_state=0).fit(np.random.default_rng(0).normal(
         size=(200, 3)))  # compile outside the timings
     print("held-out mean log-likelihood (higher is better); fit / score seconds")
     print(f"{'data':9s} {'d':>3s} {'forest auto':>12s} {'(D, floor)':>11s} {'forest D=4':>11s} {'KDE-CV':>9s} "
           f"{'GMM-BIC':>9s}  {'fit: auto':>9s} {'D=4':>6s} {'KDE':>6s} {'GMM':>6s}  {'score: auto':>11s} {'KDE':>6s}")
-    for name, X, Xt in sets(args.sets.split(","), args.n):
+    for name, X, Xt in sets(args.sets.split(","), args.n, args.draws):
         auto, t_auto = timed(lambda X=X: DensityForest(random_state=0).fit(X))
         old, t_old = timed(lambda X=X: DensityForest(max_depth=4, variance_floor=1e-3, n_thresholds=16,
                                                      random_state=0).fit(X))
