@@ -37,12 +37,13 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     """
     if (scribbles is None) == (model is None):
         raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
-    picture = read_segmentation_image(image)
     if init is not None and scribbles is None:
         raise InvalidInputError("an automatic segmentation to start from (init) is corrected with scribbles")
     if model is not None:
         forest = model if isinstance(model, SegmentationForest) else load_segmentation_model(model)
+        picture = read_segmentation_image(image, tiled=True)  # a saved model segments large pictures in tiles
         return forest.segment(picture), picture, None
+    picture = read_segmentation_image(image)
     from imageforest.apps.segment.session import SegmentationSession
 
     labels = read_scribbles(scribbles, picture)

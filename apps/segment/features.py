@@ -68,16 +68,33 @@ def image_kind(array: np.ndarray, rgb: bool | None = None) -> str:
                             f"{array.shape} ({array.ndim} dimensions)")
 
 
-def _stretch(values: np.ndarray) -> np.ndarray:
-    """Scale so that the 1st-99th percentiles span 0-100 (the range of L*), float32."""
+def stretch_bounds(values: np.ndarray) -> tuple[float, float]:
+    """(lo, hi) that `_stretch` maps to 0 and 100: the 1st and 99th percentiles (min and max when they agree)."""
     lo, hi = np.percentile(values, [1.0, 99.0])
     if not hi > lo:
         lo, hi = float(values.min()), float(values.max())
+    return float(lo), float(hi)
+
+
+def _stretch(values: np.ndarray, bounds: tuple[float, float] | None = None) -> np.ndarray:
+    """Scale so that the 1st-99th percentiles (or `bounds`, those of a whole image this is a tile of) span 0-100
+    (the range of L*), float32."""
+    lo, hi = stretch_bounds(values) if bounds is None else bounds
     scale = 100.0 / (hi - lo) if hi > lo else 1.0
     return ((values - lo) * scale).astype(np.float32)
 
 
-def prepare(image, spacing=None, rgb: bool | None = None, scales=None) -> PreparedImage:
+@dataclass(frozen=True)
+class Tile:
+    """Where a tile lies in the picture it is cut from: its first pixel (y, x), the whole picture's (height,
+    width), and the whole picture's stretch bounds (grey pictures), so that a tile's features are the picture's."""
+
+    offset: tuple[int, int]
+    whole_shape: tuple[int, int]
+    bounds: tuple[float, float] | None = None
+
+
+def prepare(image, spacing=None, rgb: bool | None = None, scales=None, tile: Tile | None = None) -> PreparedImage:
     """Guide and features of an image.
 
     Parameters
@@ -86,6 +103,8 @@ def prepare(image, spacing=None, rgb: bool | None = None, scales=None) -> Prepar
     spacing : (z, y, x) mm of a volume given as an array (an `Image` carries its own); pictures use pixels
     rgb : whether a 3-D array is a colour picture (None: last axis of 3 or 4)
     scales : filter scales, pixels for pictures, mm for volumes (None: the defaults)
+    tile : for a picture cut from a larger one, where it lies (its features are then the larger picture's, as
+        far as the filters' reach stays inside the cut)
     """
     if isinstance(image, Image):
         array = np.asarray(image.array)
@@ -103,6 +122,8 @@ def prepare(image, spacing=None, rgb: bool | None = None, scales=None) -> Prepar
         raise InvalidInputError("the image holds NaN or infinite values")
     if min(array.shape[:3 if kind == "volume" else 2]) < 2:
         raise InvalidInputError(f"the image is too small to segment: shape {array.shape}")
+    if tile is not None and kind == "volume":
+        raise InvalidInputError("tiles are cut from pictures, not volumes")
     if kind == "volume":
         sp = np.ones(3) if spacing is None else np.asarray(spacing, dtype=np.float64)
         if sp.shape != (3,) or not np.all(np.isfinite(sp)) or not np.all(sp > 0):
@@ -117,14 +138,16 @@ def prepare(image, spacing=None, rgb: bool | None = None, scales=None) -> Prepar
         guide = rgb2lab(np.clip(rgb01, 0.0, 1.0)).astype(np.float32)[None]
         sp = np.ones(3)
     else:
-        guide = _stretch(array.astype(np.float32))[None, ..., None]
+        guide = _stretch(array.astype(np.float32), None if tile is None else tile.bounds)[None, ..., None]
         sp = np.ones(3)
     return PreparedImage(kind, tuple(guide.shape[:3] if kind == "volume" else guide.shape[1:3]), sp, guide,
-                         pixel_features(guide, sp, kind, scales))
+                         pixel_features(guide, sp, kind, scales, tile))
 
 
-def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=None) -> np.ndarray:
-    """(n_voxels, n_features) float32 from a (z, y, x, c) guide; see the module docstring."""
+def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=None, tile: Tile | None = None
+                   ) -> np.ndarray:
+    """(n_voxels, n_features) float32 from a (z, y, x, c) guide; see the module docstring. A `tile`'s positions
+    are those in the whole picture."""
     volume = kind == "volume"
     scales = tuple(scales) if scales is not None else (VOLUME_SCALES_MM if volume else PLANAR_SCALES)
     planes = guide if volume else guide[0]  # filters run in 3-D on volumes, 2-D on pictures
@@ -138,11 +161,13 @@ def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=Non
         columns.extend(smooth(channel, sp))
     columns.extend(edges(planes[..., 0], sp))
     shape = planes.shape[:-1]
-    grids = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in shape], indexing="ij")
+    offset = (0,) * len(shape) if tile is None else tile.offset
+    grids = np.meshgrid(*[np.arange(o, o + n, dtype=np.float32) for o, n in zip(offset, shape, strict=True)],
+                        indexing="ij")
     if volume:
         columns.extend((g - (n - 1) / 2.0) * float(s) for g, n, s in zip(grids, shape, spacing, strict=True))
     else:
-        columns.extend(g * (100.0 / max(shape)) for g in grids)
+        columns.extend(g * (100.0 / max(shape if tile is None else tile.whole_shape)) for g in grids)
     out = np.empty((int(np.prod(shape)), len(columns)), dtype=np.float32)
     for k, col in enumerate(columns):
         out[:, k] = np.ravel(col)

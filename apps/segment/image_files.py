@@ -37,16 +37,24 @@ def _suffix(path: Path) -> str:
 # segmentation holds about 140 bytes a pixel (features, posteriors, geodesic distances, the cut's graph), so this
 # keeps it within about 2.5 GB.
 MAX_SEGMENT_PIXELS = 1 << 24
+# Pixels a picture may hold when a saved model segments it: in tiles, about 16 bytes a pixel beside the picture
+# (labels, two classes' posteriors, uncertainty), so 2^27 (e.g. 11,000 x 11,000) stays within about 3 GB.
+MAX_APPLY_PIXELS = 1 << 27
 
 
-def read_segmentation_image(path: str | os.PathLike) -> Image:
-    """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError)."""
+def read_segmentation_image(path: str | os.PathLike, tiled: bool = False) -> Image:
+    """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError). With
+    `tiled` (a saved model applied tile by tile) pictures may be larger: up to `MAX_APPLY_PIXELS`."""
     from imageforest.imaging.pictures import max_pixels
 
-    image = read_image(path, max_pixels(MAX_SEGMENT_PIXELS))
+    limit = max_pixels(MAX_SEGMENT_PIXELS)
+    image = read_image(path, max(limit, MAX_APPLY_PIXELS) if tiled else limit)
     if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
         raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
                                 "takes 2-D pictures and 3-D volumes")
+    if image.ndim == 3 and image.array.size > limit:  # volumes are segmented whole
+        raise InvalidInputError(f"{path}: a volume of {image.array.size:,} voxels; at most {limit:,} "
+                                "(IMAGEFOREST_MAX_PIXELS raises the limit)")
     return image
 
 

@@ -17,13 +17,24 @@ from imageforest.apps.segment.features import (
     PLANAR_SCALES,
     VOLUME_SCALES_MM,
     PreparedImage,
+    Tile,
+    image_kind,
     n_features,
     prepare,
+    stretch_bounds,
 )
 from imageforest.apps.segment.regularize import graph_cut
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.imaging.io import Image
+
+# Pictures above this many pixels (2048 x 2048) are segmented in tiles of TILE x TILE pixels, each with a margin of
+# TILE_HALO: the largest filter reaches 48 pixels (4 sigma of the scale-8 Gaussians, the structure tensor's outer
+# window included), and the cut gets room beyond it, so that neighbouring tiles agree at their seams.
+TILED_ABOVE = 1 << 22
+TILE = 1024
+TILE_HALO = 64
 
 
 @dataclass
@@ -137,8 +148,14 @@ class SegmentationForest(ClassificationForest):
         return self.predict_proba(prepared.features)
 
     def segment(self, image, spacing=None, rgb: bool | None = None) -> Segmentation:
-        """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut."""
+        """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut. Pictures of
+        more than `TILED_ABOVE` pixels are segmented in tiles (`segment_tiles`)."""
         self.check_fitted()
+        if not isinstance(image, PreparedImage):
+            array = np.asarray(image.array if isinstance(image, Image) else image)
+            colour = (image.ndim == 2 and array.ndim == 3) if isinstance(image, Image) and rgb is None else rgb
+            if image_kind(array, colour) != "volume" and array.shape[0] * array.shape[1] > TILED_ABOVE:
+                return self.segment_tiles(array, colour)
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
         p = self.pixel_posterior(prepared).astype(np.float32)  # checks the image fits the model
         grid = p.reshape(*prepared.guide.shape[:3], -1)
@@ -146,6 +163,39 @@ class SegmentationForest(ClassificationForest):
         shape = prepared.shape
         return Segmentation(self.classes_[idx].reshape(shape).astype(label_dtype(self.classes_)),
                             p.reshape(*shape, -1), entropy(p).reshape(shape), self.classes_.copy())
+
+    def segment_tiles(self, picture, rgb: bool | None = None, tile: int = TILE, halo: int = TILE_HALO
+                      ) -> Segmentation:
+        """`segment` of a picture (y, x) or (y, x, 3|4) tile by tile, so that memory follows the tile, not the
+        picture: each `tile` x `tile` core is prepared with a margin of `halo` pixels (the filters' reach: its
+        features are the whole picture's) and cut with it; only the core is kept."""
+        self.check_fitted()
+        array = np.asarray(picture)
+        kind = image_kind(array, rgb)
+        if kind == "volume":
+            raise InvalidInputError("volumes are segmented whole; tiles are for pictures")
+        if tile < 16 or halo < 0:
+            raise InvalidInputError(f"tiles need a side of at least 16 pixels and a halo >= 0, got {tile}, {halo}")
+        h, w = array.shape[:2]
+        bounds = stretch_bounds(array.astype(np.float32)) if kind == "grey" else None
+        n_classes = self.classes_.size
+        labels = np.empty((h, w), dtype=label_dtype(self.classes_))
+        proba = np.empty((h, w, n_classes), dtype=np.float32)
+        uncertainty = np.empty((h, w), dtype=np.float32)
+        for y0 in range(0, h, tile):
+            for x0 in range(0, w, tile):
+                y1, x1 = min(y0 + tile, h), min(x0 + tile, w)
+                ya, xa, yb, xb = max(y0 - halo, 0), max(x0 - halo, 0), min(y1 + halo, h), min(x1 + halo, w)
+                prepared = prepare(array[ya:yb, xa:xb], rgb=kind == "rgb", tile=Tile((ya, xa), (h, w), bounds))
+                p = self.pixel_posterior(prepared).astype(np.float32)
+                idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
+                                float(self.smoothness))
+                core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
+                labels[y0:y1, x0:x1] = self.classes_[idx.reshape(prepared.shape)[core]]
+                p = p.reshape(*prepared.shape, n_classes)[core]
+                proba[y0:y1, x0:x1] = p
+                uncertainty[y0:y1, x0:x1] = entropy(p)
+        return Segmentation(labels, proba, uncertainty, self.classes_.copy())
 
     def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:
         """Labels of every frame of a stack of pictures (or slice of a volume) segmented one by one with a model

@@ -16,13 +16,16 @@ channels on any image it is applied to.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from scipy import ndimage
 
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.io import Image
+from imageforest.kernels import njit
 
 FILTERS = ("gaussian", "laplacian_of_gaussian", "gradient_magnitude", "difference_of_gaussians",
            "structure_tensor_eigenvalues", "hessian_eigenvalues")
@@ -31,11 +34,67 @@ _MULTI = ("structure_tensor_eigenvalues", "hessian_eigenvalues")
 
 
 def _sym_eigvals(tensor: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """Per-voxel eigenvalues (descending) of a symmetric ndim x ndim field given as nested lists of arrays."""
+    """Per-voxel eigenvalues (descending) of a symmetric ndim x ndim field given as nested lists of arrays, in
+    closed form (a general eigensolver per voxel took most of the filter bank's time), in the fields' dtype."""
     n = len(tensor)
-    mat = np.stack([np.stack(row, axis=-1) for row in tensor], axis=-2)  # (..., n, n)
-    vals = np.linalg.eigvalsh(mat)[..., ::-1]
-    return [vals[..., k] for k in range(n)]
+    shape, dtype = tensor[0][0].shape, np.result_type(*[t for row in tensor for t in row])
+    flat = [np.ascontiguousarray(tensor[a][b], dtype=np.float64).ravel() for a in range(n) for b in range(a, n)]
+    out = np.empty((n, flat[0].size), dtype=np.float64)
+    if n == 1:
+        out[0] = flat[0]
+    elif n == 2:
+        _eigvals_2x2(*flat, out)
+    elif n == 3:
+        _eigvals_3x3(*flat, out)
+    else:
+        mat = np.stack([np.stack(row, axis=-1) for row in tensor], axis=-2)
+        vals = np.linalg.eigvalsh(mat.astype(np.float64))[..., ::-1]
+        out = np.moveaxis(vals, -1, 0).reshape(n, -1)
+    return [out[k].reshape(shape).astype(dtype, copy=False) for k in range(n)]
+
+
+# One thread each: the filter bank calls them from its own threads (one per scale)
+@njit(cache=True)
+def _eigvals_2x2(a, b, c, out):  # pragma: no cover - numba
+    """Eigenvalues of [[a, b], [b, c]] per voxel, descending, into out (2, n)."""
+    for i in range(a.size):
+        half = 0.5 * (a[i] + c[i])
+        d = np.sqrt((0.5 * (a[i] - c[i])) ** 2 + b[i] * b[i])
+        out[0, i] = half + d
+        out[1, i] = half - d
+
+
+@njit(cache=True)
+def _eigvals_3x3(a11, a12, a13, a22, a23, a33, out):  # pragma: no cover - numba
+    """Eigenvalues of a symmetric 3 x 3 matrix per voxel, descending, into out (3, n): the trigonometric solution
+    of the characteristic cubic (Smith, "Eigenvalues of a symmetric 3 x 3 matrix", Comm. ACM 1961)."""
+    third = 1.0 / 3.0
+    for i in range(a11.size):
+        off = a12[i] * a12[i] + a13[i] * a13[i] + a23[i] * a23[i]
+        q = (a11[i] + a22[i] + a33[i]) * third
+        b11, b22, b33 = a11[i] - q, a22[i] - q, a33[i] - q
+        p = np.sqrt((b11 * b11 + b22 * b22 + b33 * b33 + 2.0 * off) / 6.0)
+        if p <= 1e-300 or off <= 1e-30 * (b11 * b11 + b22 * b22 + b33 * b33):  # diagonal (or all equal)
+            x, y, z = a11[i], a22[i], a33[i]
+            if x < y:
+                x, y = y, x
+            if y < z:
+                y, z = z, y
+            if x < y:
+                x, y = y, x
+            out[0, i], out[1, i], out[2, i] = x, y, z
+            continue
+        inv = 1.0 / p
+        c11, c22, c33 = b11 * inv, b22 * inv, b33 * inv
+        c12, c13, c23 = a12[i] * inv, a13[i] * inv, a23[i] * inv
+        r = 0.5 * (c11 * (c22 * c33 - c23 * c23) - c12 * (c12 * c33 - c23 * c13) + c13 * (c12 * c23 - c22 * c13))
+        r = min(max(r, -1.0), 1.0)
+        phi = np.arccos(r) * third
+        top = q + 2.0 * p * np.cos(phi)
+        low = q + 2.0 * p * np.cos(phi + 2.0 * np.pi * third)
+        out[0, i] = top
+        out[1, i] = 3.0 * q - top - low
+        out[2, i] = low
 
 
 def _hessian(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.ndarray]]:
@@ -113,10 +172,9 @@ class FilterBank:
             if sp.shape != (arr.ndim,) or not np.all(sp > 0):
                 raise InvalidInputError(f"spacing must hold {arr.ndim} positive values, got {spacing!r}")
             per_mm = 1.0 / sp
-        out = []
-        for scale in self.scales:
+        def one_scale(scale: float) -> list[np.ndarray]:
             sigma = tuple(scale * per_mm) if spacing is not None else scale
-            smooth = None
+            out, smooth = [], None
             for name in self.filters:
                 if name == "gaussian":
                     smooth = ndimage.gaussian_filter(arr, sigma) if smooth is None else smooth
@@ -132,6 +190,17 @@ class FilterBank:
                     out.extend(_sym_eigvals(_structure_tensor(arr, sigma)))
                 else:
                     out.extend(_sym_eigvals(_hessian(arr, sigma)))
+            return out
+
+        # scipy's filters release the GIL: the scales run side by side on the threads numba may use (the
+        # commands' --threads), each exactly as it would alone
+        workers = min(numba.get_num_threads(), len(self.scales))
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                per_scale = list(pool.map(one_scale, self.scales))
+        else:
+            per_scale = [one_scale(scale) for scale in self.scales]
+        out = [c for channels in per_scale for c in channels]
         return [np.ascontiguousarray(c, dtype=np.float32) for c in out]
 
     def features_at(self, image, points: np.ndarray) -> np.ndarray:

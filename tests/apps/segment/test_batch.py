@@ -182,3 +182,33 @@ def test_init_needs_scribbles_and_one_image(folder, tmp_path):
     r = run("segment", root / "pictures" / "p3.png", "--model", root / "m.npz", "--init", root / "train_mask.png",
             "-o", tmp_path / "m.png")
     assert r.exit_code == 1 and "--init is corrected with scribbles" in r.output
+
+
+def test_large_pictures_are_segmented_in_tiles_that_agree_with_the_whole(monkeypatch):
+    import imageforest.apps.segment.model as model_module
+    from imageforest.apps.segment import SegmentationSession
+
+    img, _ = disc_picture()
+    session = SegmentationSession(img)
+    session.set_scribbles(strokes(fg=1, bg=2))
+    session.update()
+    forest = session.model()
+    rng = np.random.default_rng(0)
+    big = np.clip(np.tile(img, (4, 4, 1)).astype(np.int16) + rng.integers(-10, 10, (240, 320, 3)), 0, 255)
+    big = big.astype(np.uint8)
+    whole = forest.segment(big)
+    tiled = forest.segment_tiles(big, tile=100, halo=64)  # tiles cut through the discs
+    assert np.array_equal(tiled.labels, whole.labels)
+    assert np.allclose(tiled.probabilities, whole.probabilities, atol=1e-6)
+    grey = big[..., 0]
+    grey_forest = SegmentationSession(img[..., 0])
+    grey_forest.set_scribbles(strokes(fg=1, bg=2))
+    grey_forest.update()
+    grey_model = grey_forest.model()
+    assert np.array_equal(grey_model.segment_tiles(grey, tile=90).labels, grey_model.segment(grey).labels)
+    monkeypatch.setattr(model_module, "TILED_ABOVE", 10_000)  # `segment` switches to tiles above it
+    calls = []
+    original = model_module.SegmentationForest.segment_tiles
+    monkeypatch.setattr(model_module.SegmentationForest, "segment_tiles",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    assert np.array_equal(forest.segment(big).labels, whole.labels) and calls
