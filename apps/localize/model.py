@@ -359,7 +359,7 @@ class OrganLocalizer(PlainTrees):
         # here one after another, or e.g. as Dask tasks), and the model's bytes do not depend on where they ran.
         # The first stage grows tree by tree, each tree from its own seed, so that its trees can be jobs too.
         # The first stage's trees grow before the fine stages' data is cut: the working volumes' integral images
-        # and the fine regions are never held at once (203 scans: 12.5 GB when they were).
+        # and the fine regions are never held at once (203 scans held together would peak near 12.5 GB).
         stack = self._features().prepare(works)
         known_all = np.concatenate(known)
         first_jobs = [(_grow_first_stage_tree, (self, stack, pts, Y, known_all, n_org, int(seed)))

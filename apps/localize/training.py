@@ -104,9 +104,9 @@ def train_from_folder(data_dir: str | Path, organs: list[str] | None = None, pro
 
 
 # What training with the default recipe took on a 2-core machine (openkbp-hn scans of 128^3 voxels, peak resident
-# memory of the whole command): 20 cases 127 s and 1.5 GB, 40 cases 213 s and 2.6 GB, 203 cases 1,469 s and 10.1 GB
-# (the first stage's integral images of every working volume, and its trees' growth, make the peak).
-COST_PER_CASE_GB, COST_BASE_GB = 0.048, 0.5
+# memory of the whole command): 20 cases 127 s and 0.99 GB, 203 cases 1,469 s and 7.4 GB (the first stage's
+# integral images of every working volume make the peak).
+COST_PER_CASE_GB, COST_BASE_GB = 0.035, 0.3
 COST_PER_CASE_S, COST_BASE_S = 7.2, 20.0
 
 
