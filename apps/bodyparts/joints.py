@@ -70,6 +70,9 @@ def _grid_cells(points, weights, cell):  # pragma: no cover - numba
 # removed spreads its points over metres).
 KERNEL_REACH = 3.0
 MAX_BUCKETS = 1 << 20
+# A climbing estimate within this many bandwidths of a mode already found stops there (`_climb`): far inside the
+# distance at which modes are merged (half a bandwidth), so the proposals are those of full climbs.
+SETTLE = 0.1
 
 
 @njit(cache=True)
@@ -114,8 +117,13 @@ def _bucket_cells(points, reach):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
-def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter):  # pragma: no cover - numba
-    """Mean shift of one estimate (x0, x1, x2) to its mode among the bucketed cells (see `_bucket_cells`)."""
+def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter, found, n_found
+           ):  # pragma: no cover - numba
+    """Mean shift of one estimate (x0, x1, x2) to its mode among the bucketed cells (see `_bucket_cells`):
+    (x0, x1, x2, converged). An estimate that comes within `SETTLE` bandwidths of one of the first `n_found`
+    modes in `found` (m, 3) stops there: it is inside that mode's basin, and climbing on would only reach it."""
+    settle2 = (SETTLE * bandwidth) ** 2
+    converged = False
     inv = 1.0 / (bandwidth * bandwidth)
     reach2 = KERNEL_REACH * KERNEL_REACH
     tol = (1e-3 * bandwidth) ** 2
@@ -148,8 +156,18 @@ def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter):  #
         step = (n0 - x0) ** 2 + (n1 - x1) ** 2 + (n2 - x2) ** 2
         x0, x1, x2 = n0, n1, n2
         if step < tol:
+            converged = True
             break
-    return x0, x1, x2
+        settled = -1
+        for m in range(n_found):
+            if (found[m, 0] - x0) ** 2 + (found[m, 1] - x1) ** 2 + (found[m, 2] - x2) ** 2 < settle2:
+                settled = m
+                break
+        if settled >= 0:
+            x0, x1, x2 = found[settled, 0], found[settled, 1], found[settled, 2]
+            converged = True
+            break
+    return x0, x1, x2, converged
 
 
 @njit(cache=True, parallel=True)
@@ -162,9 +180,10 @@ def _mean_shift(seeds, points, weights, bandwidth, max_iter):  # pragma: no cove
     order, first, span, lo, side = _bucket_cells(points, KERNEL_REACH * bandwidth)
     pts = points[order]
     wts = weights[order]
+    none = np.zeros((0, 3))
     for s in prange(seeds.shape[0]):
-        modes[s, 0], modes[s, 1], modes[s, 2] = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first,
-                                                       span, lo, side, bandwidth, max_iter)
+        modes[s, 0], modes[s, 1], modes[s, 2], _ = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts,
+                                                          first, span, lo, side, bandwidth, max_iter, none, 0)
     return modes
 
 
@@ -178,9 +197,21 @@ def _modes_of(points, weights, bandwidth, max_iter):  # pragma: no cover - numba
     pts = cells[order]
     wts = cw[order]
     modes = seeds.copy()
+    found = np.empty(seeds.shape)  # distinct modes reached so far: later seeds stop when they reach one
+    n_found = 0
+    settle2 = (SETTLE * bandwidth) ** 2
     for s in range(seeds.shape[0]):
-        modes[s, 0], modes[s, 1], modes[s, 2] = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first,
-                                                       span, lo, side, bandwidth, max_iter)
+        x0, x1, x2, converged = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first, span, lo, side,
+                                       bandwidth, max_iter, found, n_found)
+        modes[s, 0], modes[s, 1], modes[s, 2] = x0, x1, x2
+        new = converged  # only a converged climb marks a mode (one cut short by max_iter is on a slope)
+        for m in range(n_found):
+            if (found[m, 0] - x0) ** 2 + (found[m, 1] - x1) ** 2 + (found[m, 2] - x2) ** 2 < settle2:
+                new = False
+                break
+        if new:
+            found[n_found, 0], found[n_found, 1], found[n_found, 2] = x0, x1, x2
+            n_found += 1
     return _merge_modes(modes, sw, 0.5 * bandwidth)
 
 
