@@ -147,6 +147,9 @@ class OrganContourer(EntangledForest):
         the atlas.
     atlas_bins : int
         Atlas bins per axis over box coordinates -0.5..1.5.
+    posterior_smoothing_mm : float
+        Width (sigma, mm) of a Gaussian that smooths the forest's posterior maps before the labels are chosen; 0
+        leaves them as they are. Neighbouring voxels' votes then count, which removes speckle at organ borders.
     other parameters
         As for `EntangledForest`.
     """
@@ -156,12 +159,13 @@ class OrganContourer(EntangledForest):
         **EntangledForest.parameter_constraints, "organs": Anything(), "margin_mm": Real(0.0, 500.0),
         "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
-        "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64)}
+        "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
+        "posterior_smoothing_mm": Real(0.0, 50.0)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
+                 posterior_smoothing_mm: float = 0.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
@@ -184,6 +188,7 @@ class OrganContourer(EntangledForest):
         self.largest_component = largest_component
         self.prior_weight = prior_weight
         self.atlas_bins = atlas_bins
+        self.posterior_smoothing_mm = posterior_smoothing_mm
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -373,6 +378,8 @@ class OrganContourer(EntangledForest):
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
         post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
+        if float(self.posterior_smoothing_mm) > 0:
+            post = smooth_posteriors(post, mask, float(self.posterior_smoothing_mm) / crop.spacing[::-1])
         allowed = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= allowed
         weight = self._per_organ(self.prior_weight, "prior_weight")
@@ -393,6 +400,20 @@ class OrganContourer(EntangledForest):
         means = np.array([share[k][crop_labels == k + 1].mean() if np.any(crop_labels == k + 1) else np.nan
                           for k in range(len(self.organs))])
         return Contours(out, full, region, present, means)
+
+
+def smooth_posteriors(post: np.ndarray, mask: np.ndarray, sigma_voxels: np.ndarray) -> np.ndarray:
+    """Posteriors (K, z, y, x) averaged over a Gaussian of `sigma_voxels` (z, y, x) within the region `mask`
+    (normalised by the mask's own smoothed weight, so that the region's edge is not pulled towards zero)."""
+    from scipy import ndimage
+
+    weight = ndimage.gaussian_filter(mask.astype(np.float32), sigma_voxels)
+    inside = np.maximum(weight, 1e-6)
+    out = np.empty_like(post)
+    for k in range(post.shape[0]):
+        out[k] = ndimage.gaussian_filter(post[k] * mask, sigma_voxels) / inside
+    out[:, ~mask] = post[:, ~mask]
+    return out
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:

@@ -37,6 +37,7 @@ from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
 
 AXIAL_ONLY = ("SpinalCord", "Esophagus")
+AFTER_THE_FOREST = ("background_scale", "prior_weight", "posterior_smoothing_mm", "largest_component")
 
 
 def localizer_boxes(cases, scans, cache: Path) -> dict[str, list]:
@@ -68,6 +69,10 @@ def main() -> None:
                     help="override a recipe setting of both forests (JSON value), e.g. --set n_trees=4")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--load-models", type=Path, default=None, metavar="DIR",
+                    help="score the forests --save-models kept instead of training (--set then changes only the "
+                         "settings applied after the forest: background_scale, prior_weight, posterior_smoothing_mm, "
+                         "largest_component)")
     ap.add_argument("--save-models", type=Path, default=None, metavar="DIR",
                     help="keep each fold's forests as DIR/<method>_fold<k>.npz (e.g. to start segmentation from)")
     args = ap.parse_args()
@@ -102,6 +107,12 @@ def main() -> None:
 
                 model = MultiAtlasSegmentation(n_atlases=5, seed=args.seed).fit(
                     [scans[i] for i in train], [labels[i] for i in train])
+            elif args.load_models is not None:
+                model = OrganContourer.load(args.load_models / f"{method}_fold{fold}.npz")
+                for key, value in overrides.items():
+                    if key not in AFTER_THE_FOREST:
+                        raise SystemExit(f"--set {key}: a loaded forest keeps its training settings")
+                    setattr(model, key, tuple(value) if isinstance(value, list) else value)
             else:
                 params = {**recipe_for(organs), **overrides, "organs": tuple(organs), "random_state": args.seed + fold}
                 if method == "plain":

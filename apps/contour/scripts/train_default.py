@@ -7,9 +7,9 @@ Trains on every case of the openkbp-hn folder (203 head-and-neck CTs with clinic
 recipe and a fixed seed, so the same data gives the same bytes. With `--cv-json` (the output of
 `benchmarks/contour/cross_validate.py --json`) the model card records the cross-validated scores. With
 `--atlas-only` the existing model keeps its forest and gets the box atlas (counted with the same draws as a full
-training) and the recipe's prediction settings (`background_scale`, `prior_weight`): the forest, atlas and
-settings a full training with this recipe gives (only the card's training time differs), in minutes instead of an
-hour.
+training) and the recipe's prediction settings (`background_scale`, `prior_weight`, `posterior_smoothing_mm`):
+the forest, atlas and settings a full training with this recipe gives (only the card's training time differs), in
+minutes instead of an hour.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from imageforest.imaging.ct_organs import openkbp_cases
 
 NAME = "openkbp-hn-7-organ-contours"
 # Settings that act after the forest (a model trained before they changed takes them with --atlas-only)
-PREDICTION_SETTINGS = ("background_scale", "prior_weight", "atlas_bins")
+PREDICTION_SETTINGS = ("background_scale", "prior_weight", "atlas_bins", "posterior_smoothing_mm")
 VERSION = "1"
 SEED = 0
 
