@@ -60,6 +60,16 @@ def _camera(viewer):
     return scene.camera if scene is not None else viewer.camera
 
 
+def _segment_layer(model: SegmentationForest, layer: ImageLayer) -> np.ndarray:
+    """Labels of a layer by a saved model: a picture or volume of the model's kind, or every frame of a stack of
+    pictures."""
+    data, rgb, _ = _spatial(layer)
+    if model.image_kind_ != "volume" and data.ndim - (1 if rgb else 0) == 3:
+        return model.segment_frames(data, rgb=rgb)
+    return model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
+                         rgb=rgb if data.ndim == 3 else None).labels
+
+
 def _session_for(layer: ImageLayer) -> SegmentationSession:
     data, rgb, scale = _spatial(layer)
     if not rgb and data.ndim == 3:
@@ -97,6 +107,7 @@ class SegmentationWidget(QWidget):
         self.suggest_button = QPushButton("Next suggestion")
         self.target_combo = QComboBox()
         self.apply_button = QPushButton("Apply model to layer")
+        self.apply_all_button = QPushButton("Apply model to every image layer")
         self.save_button = QPushButton("Save model...")
         self.load_button = QPushButton("Load model...")
 
@@ -112,6 +123,7 @@ class SegmentationWidget(QWidget):
         layout.addWidget(QLabel("Apply the model to"))
         layout.addWidget(self.target_combo)
         layout.addWidget(self.apply_button)
+        layout.addWidget(self.apply_all_button)
         files = QHBoxLayout()
         files.addWidget(self.save_button)
         files.addWidget(self.load_button)
@@ -122,6 +134,7 @@ class SegmentationWidget(QWidget):
         self.start_button.clicked.connect(lambda: self.start())
         self.suggest_button.clicked.connect(lambda: self.next_suggestion())
         self.apply_button.clicked.connect(lambda: self.apply_to(self._layer_named(self.target_combo.currentText())))
+        self.apply_all_button.clicked.connect(lambda: self.apply_to_all())
         self.save_button.clicked.connect(self._save_dialog)
         self.load_button.clicked.connect(self._load_dialog)
         self.viewer.layers.events.inserted.connect(self._refresh_layer_lists)
@@ -378,6 +391,42 @@ class SegmentationWidget(QWidget):
         self._busy(f"Segmenting {layer.name} ...")
         self._run(work, returned=lambda labels: self._applied(layer, labels),
                   yielded=lambda k: self.status.setText(f"Segmenting {layer.name}: frame {k} of {data.shape[0]}"))
+
+    def apply_to_all(self) -> None:
+        """Segment every image layer with the model, one after another in the background (a progress bar counts
+        them); each result is a Labels layer "<name> segmentation" as it finishes, and a layer the model cannot
+        segment (another kind of image) is reported and skipped."""
+        try:
+            model = self.current_model()
+        except ImageForestError as exc:
+            self._error(exc)
+            return
+        layers = [layer for layer in self._images() if not layer.name.endswith(" segmentation")]
+
+        def work():
+            for k, layer in enumerate(layers):
+                try:
+                    yield k, layer, _segment_layer(model, layer)
+                except ImageForestError as exc:
+                    yield k, layer, exc
+            return len(layers)
+
+        self._busy(f"Segmenting {len(layers)} image layers ...")
+        self.progress.setRange(0, len(layers))
+        self.progress.setValue(0)
+        self._run(work, returned=lambda n: self.status.setText(f"Applied the model to {n} image layers."),
+                  yielded=self._applied_one)  # the bar stays full at the end
+
+    def _applied_one(self, value) -> None:
+        k, layer, labels = value
+        self.progress.setValue(k + 1)
+        if isinstance(labels, BaseException):
+            show_error(f"{layer.name}: {labels}")
+            return
+        n = labels.ndim
+        self._set_layer(f"{layer.name} segmentation", labels, Labels, opacity=0.45, scale=layer.scale[-n:],
+                        translate=layer.translate[-n:])
+        self.status.setText(f"{layer.name} segmented ({k + 1} of {self.progress.maximum()}).")
 
     def _applied(self, layer: ImageLayer, labels: np.ndarray) -> None:
         n = labels.ndim

@@ -193,3 +193,18 @@ def test_scribbles_correct_the_contoured_organs(make_napari_viewer, qtbot):
     assert set(np.unique(seg)) == {0, 1, 2}
     assert np.array_equal(seg == 2, organs == 2)
     assert 2 * np.sum((seg == 1) & (truth == 1)) / (np.sum(seg == 1) + np.sum(truth == 1)) > 0.6
+
+
+def test_apply_to_every_image_layer_with_a_progress_bar(started, qtbot, monkeypatch):
+    viewer, widget, _ = started
+    paint_disc_strokes(viewer.layers["scribbles"])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    viewer.add_image(np.zeros((8, 9, 10), np.float32), name="a volume")  # not the model's kind: reported, skipped
+    said = []
+    monkeypatch.setattr(_widget, "show_error", said.append)
+    widget.apply_all_button.click()
+    qtbot.waitUntil(lambda: "other segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    assert "picture segmentation" in viewer.layers and "a volume segmentation" not in viewer.layers
+    assert widget.progress.value() == widget.progress.maximum() == 3
+    assert len(said) == 1 and said[0].startswith("a volume:")
+    assert set(np.unique(viewer.layers["other segmentation"].data)) <= {1, 2}
