@@ -10,4 +10,4 @@ forest settings. Plain dicts: importing them costs nothing, which keeps the comm
 
 FOREST = {"n_trees": 20, "max_depth": 12, "min_samples_leaf": 3}
 PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness": 50.0}
-VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.5}
+VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.25}

@@ -90,6 +90,13 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--fold", type=int, default=None, help="fold K's test scans of the contour cross-validation")
+    parser.add_argument("--validation", action="store_true",
+                        help="with --fold: the scans outside fold K beyond its first --train-cases (never seen by "
+                             "that fold's forest, nor reported as its test scans): for choosing settings")
+    parser.add_argument("--train-cases", type=int, default=80)
+    parser.add_argument("--correct-below", type=float, default=None,
+                        help="with --init-model: scribble only the organs whose automatic contour has Dice below "
+                             "this (as a reviewer corrects what is wrong); the others keep their contour")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-peer", action="store_true", help="skip scikit-image's segmenter")
@@ -102,7 +109,11 @@ def main() -> None:
 
         named = openkbp_cases(args.data)[0]
         fold_of = np.random.default_rng(args.seed).permutation(len(named)) % args.folds
-        cases = [named[i].scan for i in np.flatnonzero(fold_of == args.fold)]
+        if args.validation:
+            others = np.flatnonzero(fold_of != args.fold)
+            cases = [named[i].scan for i in others[args.train_cases:]]
+        else:
+            cases = [named[i].scan for i in np.flatnonzero(fold_of == args.fold)]
     cases = cases[: args.cases]
     contourer = localizer = None
     weights = [float(w) for w in args.init_weights.split(",")]
@@ -135,7 +146,16 @@ def main() -> None:
 
             automatic = contour_scan(read_scan(ct_path), contourer, localizer, posterior=False)[0].labels.array
             outcomes["contour_dice"] = automatic
+            if args.correct_below is not None:  # only the organs a reviewer would correct get scribbles
+                wrong = [k for k in range(1, len(ORGANS) + 1) if (labels == k).any()
+                         and dice(automatic == k, labels == k) < args.correct_below]
+                partial = simulated_scribbles(np.where(np.isin(labels, wrong), labels, 0))
+                row["corrected"] = [ORGANS[k - 1] for k in wrong]
+                session.set_scribbles(partial)
             for w in weights:
+                if args.correct_below is not None and not row["corrected"]:
+                    outcomes[f"init_{w:g}_dice"] = automatic  # nothing to correct
+                    continue
                 session.set_init(automatic, BACKGROUND, w)
                 t4 = time.perf_counter()
                 outcomes[f"init_{w:g}_dice"] = session.update().labels
