@@ -101,7 +101,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-peer", action="store_true", help="skip scikit-image's segmenter")
     parser.add_argument("--init-model", type=Path, default=None, help="a contour model to start from")
-    parser.add_argument("--init-weights", default="0.5")
+    parser.add_argument("--init-weights", default="0.25")
+    parser.add_argument("--init-smoothing-mm", type=float, default=None,
+                        help="the contour model's posterior smoothing (default: the contour recipe's, as the shipped "
+                             "model predicts)")
     args = parser.parse_args()
     cases = sorted(args.data.glob("*_ct.nii.gz"))
     if args.fold is not None:  # the same split as benchmarks/contour/cross_validate.py
@@ -119,9 +122,12 @@ def main() -> None:
     weights = [float(w) for w in args.init_weights.split(",")]
     if args.init_model is not None:
         from imageforest.apps.contour.api import load_contourer
+        from imageforest.apps.contour.recipe import RECIPE
         from imageforest.apps.localize.api import load_localizer
 
         contourer, localizer = load_contourer(args.init_model), load_localizer()
+        contourer.posterior_smoothing_mm = (RECIPE["posterior_smoothing_mm"] if args.init_smoothing_mm is None
+                                            else args.init_smoothing_mm)
     rows = []
     for ct_path in cases:
         ct = read_image(ct_path)
