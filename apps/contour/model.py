@@ -356,6 +356,24 @@ class OrganContourer(EntangledForest):
             raise InvalidInputError(f"{name}: give one value or one per organ ({len(self.organs)}), got {len(value)}")
         return out
 
+    def _labels(self, forest_post: np.ndarray, scan: Image, crop: Image, bounds: np.ndarray, boxes: np.ndarray,
+                mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Labels of the crop (z, y, x) uint8 and the weighed posteriors (K, z, y, x) from the forest's: each organ
+        inside its widened box, times the box atlas, divided by its background scale; arg-max, then each organ's
+        largest component."""
+        post = forest_post.copy()
+        post[1:] *= organ_masks(scan, bounds, boxes, self.margin_mm)
+        weight = self._per_organ(self.prior_weight, "prior_weight")
+        prior = self.box_prior(crop, boxes) if np.any(weight > 0) else None
+        if prior is not None:
+            post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
+        post[1:] /= self._per_organ(self.background_scale, "background_scale")[:, None, None, None]
+        crop_labels = np.argmax(post, axis=0).astype(np.uint8)
+        crop_labels[~mask] = 0
+        if self.largest_component:
+            crop_labels = keep_largest(crop_labels, len(self.organs))
+        return crop_labels, post
+
     def _name(self, label: int) -> str:
         return "background" if label == 0 else self.organs[label - 1]
 
@@ -377,20 +395,11 @@ class OrganContourer(EntangledForest):
         bounds = crop_bounds(scan, region, self.crop_mm)
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
-        post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
+        forest_post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
         if float(self.posterior_smoothing_mm) > 0:
-            post = smooth_posteriors(post, mask, float(self.posterior_smoothing_mm) / crop.spacing[::-1])
-        allowed = organ_masks(scan, bounds, boxes, self.margin_mm)
-        post[1:] *= allowed
-        weight = self._per_organ(self.prior_weight, "prior_weight")
-        prior = self.box_prior(crop, boxes) if np.any(weight > 0) else None
-        if prior is not None:
-            post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
-        post[1:] /= self._per_organ(self.background_scale, "background_scale")[:, None, None, None]
-        crop_labels = np.argmax(post, axis=0).astype(np.uint8)
-        crop_labels[~mask] = 0
-        if self.largest_component:
-            crop_labels = keep_largest(crop_labels, len(self.organs))
+            sigma = float(self.posterior_smoothing_mm) / crop.spacing[::-1]
+            forest_post = smooth_posteriors(forest_post, mask, sigma)
+        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask)
         x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
