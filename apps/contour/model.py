@@ -165,7 +165,7 @@ class OrganContourer(EntangledForest):
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 posterior_smoothing_mm: float = 0.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
+                 posterior_smoothing_mm: float = 2.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
@@ -194,6 +194,7 @@ class OrganContourer(EntangledForest):
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
         hyper = dict(hyper)
         hyper["organs"] = tuple(hyper.get("organs", ()))
+        hyper.setdefault("posterior_smoothing_mm", 0.0)  # saved before the setting existed: predict as they did
         for key in ("background_scale", "prior_weight"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])

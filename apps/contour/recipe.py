@@ -7,8 +7,8 @@ forest and were chosen per organ (`benchmarks/contour/tune.py`: 20 training scan
 other folds); organs a recipe does not name take the best single setting, which is also the estimator's default.
 The posterior maps are smoothed over 2 mm (sigma) before the labels are chosen: on 30 scans that the fold-0 forest
 never saw (outside its 80 training scans and its 40 test scans) 0, 1, 1.5, 2, 2.5, 3 and 5 mm gave mean Dice 0.673,
-0.674, 0.680, 0.683, 0.674, 0.653 and 0.494 (wider smoothing erases the cord and the mandible); the estimator's
-default stays 0, so that models saved without the setting predict as they did.
+0.674, 0.680, 0.683, 0.674, 0.653 and 0.494 (wider smoothing erases the cord and the mandible). Model files saved
+before the setting existed load with 0, so that they predict as they did.
 """
 
 RECIPE = {

@@ -342,3 +342,30 @@ def test_dicom_seg_and_rtstruct_reference_the_series_and_match_the_label_map(tra
                                            tmp_path / "y"))
     assert ".dcm" in one_line_error(run("contour", series, *model, "--format", "dicom-seg", "-o",
                                         tmp_path / "z.nii.gz"))
+
+
+def test_models_saved_before_posterior_smoothing_predict_as_they_did():
+    from imageforest.apps.contour.model import OrganContourer
+
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).posterior_smoothing_mm == 0.0
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"], "posterior_smoothing_mm": 2.0},
+                                                {}).posterior_smoothing_mm == 2.0
+    assert OrganContourer(organs=("A",)).posterior_smoothing_mm == 2.0  # the recipe's, for new models
+
+
+def test_posterior_smoothing_keeps_a_region_uniform_map_and_its_edges():
+    import numpy as np
+
+    from imageforest.apps.contour.model import smooth_posteriors
+
+    post = np.zeros((2, 6, 8, 8), np.float32)
+    post[0] = 0.25
+    post[1] = 0.75
+    mask = np.zeros((6, 8, 8), bool)
+    mask[1:5, 2:7, 1:6] = True
+    out = smooth_posteriors(post, mask, np.array([1.0, 1.5, 1.5]))
+    assert np.allclose(out[:, mask], post[:, mask], atol=1e-5)  # normalised by the region's own weight
+    spike = post.copy()
+    spike[1, 3, 4, 3] = 5.0
+    smoothed = smooth_posteriors(spike, mask, np.array([1.0, 1.0, 1.0]))
+    assert smoothed[1, 3, 4, 3] < 2.0 and smoothed[1, 3, 4, 4] > 0.75  # a spike spreads to its neighbours
