@@ -110,6 +110,8 @@ class SegmentationWidget(QWidget):
         self.apply_all_button = QPushButton("Apply model to every image layer")
         self.save_button = QPushButton("Save model...")
         self.load_button = QPushButton("Load model...")
+        self.export_button = QPushButton("Save segmentation...")
+        self.per_class = QCheckBox("one mask per class")
 
         layout = QVBoxLayout()
         layout.addWidget(QLabel("Image"))
@@ -128,6 +130,10 @@ class SegmentationWidget(QWidget):
         files.addWidget(self.save_button)
         files.addWidget(self.load_button)
         layout.addLayout(files)
+        export = QHBoxLayout()
+        export.addWidget(self.export_button)
+        export.addWidget(self.per_class)
+        layout.addLayout(export)
         layout.addStretch()
         self.setLayout(layout)
 
@@ -137,6 +143,7 @@ class SegmentationWidget(QWidget):
         self.apply_all_button.clicked.connect(lambda: self.apply_to_all())
         self.save_button.clicked.connect(self._save_dialog)
         self.load_button.clicked.connect(self._load_dialog)
+        self.export_button.clicked.connect(self._export_dialog)
         self.viewer.layers.events.inserted.connect(self._refresh_layer_lists)
         self.viewer.layers.events.removed.connect(self._refresh_layer_lists)
         self._refresh_layer_lists()
@@ -349,6 +356,47 @@ class SegmentationWidget(QWidget):
         try:
             self.model = SegmentationForest.load(path)
             self._idle(f"Model loaded from {path} ({self.model.image_kind_} images).")
+        except (ImageForestError, OSError) as exc:
+            self._error(exc)
+
+    def save_segmentation(self, path: str | Path, per_class: bool = False) -> list[Path]:
+        """Write the "segmentation" layer: one label file (PNG/TIFF/BMP for pictures, NIfTI/NRRD/MHA for volumes,
+        with the layer's voxel size and position) or, `per_class`, one 0/1 mask per label value named
+        `<stem>_<label><suffix>`; returns the files written (each atomically)."""
+        from imageforest.apps.segment.image_files import write_labels
+        from imageforest.imaging.io import Image
+
+        layer = self._layer_named("segmentation")
+        if layer is None:
+            raise ImageForestError("no segmentation to save yet: paint scribbles first")
+        labels = np.asarray(layer.data)
+        if labels.ndim == 3:
+            grid = Image(labels, np.asarray(layer.scale[-3:], float)[::-1], np.asarray(layer.translate[-3:],
+                                                                                       float)[::-1], np.eye(3))
+        else:
+            grid = Image(labels, np.ones(2), np.zeros(2), np.eye(2))
+        path = Path(path)
+        if not per_class:
+            write_labels(labels, path, grid)
+            return [path]
+        name = path.name
+        suffix = next((s for s in (".nii.gz", ".nii", ".nrrd", ".mha", ".png", ".tif", ".tiff", ".bmp")
+                       if name.lower().endswith(s)), path.suffix)
+        written = []
+        for value in np.unique(labels[labels > 0]):
+            target = path.with_name(f"{name[:len(name) - len(suffix)]}_{int(value)}{suffix}")
+            write_labels((labels == value).astype(np.uint8), target, grid)
+            written.append(target)
+        return written
+
+    def _export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save segmentation", "",
+                                              "Labels (*.png *.tif *.nii.gz *.nrrd *.mha)")
+        if not path:
+            return
+        try:
+            written = self.save_segmentation(path, self.per_class.isChecked())
+            self._idle(f"Saved {len(written)} file(s): {', '.join(p.name for p in written)}.")
         except (ImageForestError, OSError) as exc:
             self._error(exc)
 

@@ -208,3 +208,40 @@ def test_apply_to_every_image_layer_with_a_progress_bar(started, qtbot, monkeypa
     assert widget.progress.value() == widget.progress.maximum() == 3
     assert len(said) == 1 and said[0].startswith("a volume:")
     assert set(np.unique(viewer.layers["other segmentation"].data)) <= {1, 2}
+
+
+def test_save_the_segmentation_as_one_file_or_per_class(started, qtbot, tmp_path):
+    from PIL import Image as PILImage
+
+    viewer, widget, _ = started
+    paint_disc_strokes(viewer.layers["scribbles"])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    written = widget.save_segmentation(tmp_path / "seg.png")
+    saved = np.array(PILImage.open(written[0]))
+    assert np.array_equal(saved, viewer.layers["segmentation"].data)
+    masks = widget.save_segmentation(tmp_path / "seg.tif", per_class=True)
+    assert [p.name for p in masks] == ["seg_1.tif", "seg_2.tif"]
+    first = np.array(PILImage.open(masks[0]))
+    assert set(np.unique(first)) <= {0, 1} and np.array_equal(first == 1, saved == 1)
+
+
+def test_saving_a_volume_segmentation_keeps_its_voxel_size(make_napari_viewer, qtbot, tmp_path):
+    from imageforest.imaging.io import read_image
+
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(3)
+    vol = rng.normal(0, 1, (10, 16, 16)).astype(np.float32)
+    vol[3:7, 5:11, 5:11] += 6
+    viewer.add_image(vol, name="volume", scale=(2.5, 0.8, 0.8), translate=(10.0, 0.0, 0.0))
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.start(viewer.layers["volume"])
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    data = viewer.layers["scribbles"].data.copy()
+    data[5, 7:9, 7:9] = 1
+    data[5, 0:2, :] = 2
+    viewer.layers["scribbles"].data = data
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    saved = read_image(widget.save_segmentation(tmp_path / "seg.nii.gz")[0])
+    assert np.allclose(saved.spacing, [0.8, 0.8, 2.5]) and np.allclose(saved.origin, [0.0, 0.0, 10.0])
+    assert np.array_equal(saved.array, viewer.layers["segmentation"].data)
