@@ -215,11 +215,22 @@ class SegmentationWidget(QWidget):
             self.scribbles.events.paint.connect(self._on_paint)
             # scribbles set from Python or a file (`layer.data = ...`) update too; painting emits `paint` only
             self.scribbles.events.data.connect(self._on_paint)
+            # napari's undo and redo (Ctrl+Z, Ctrl+Shift+Z) write the layer's history back without any event
+            for name in ("undo", "redo"):
+                setattr(self.scribbles, name, self._then_update(getattr(self.scribbles, name)))
         self.scribbles.selected_label = 1
         self.scribbles.mode = "paint"
         self.viewer.layers.selection.active = self.scribbles
         self._idle(f"Features ready ({session.features_s:.1f} s). Paint label 1 on the object, 2 on the "
                    "background (more labels for more classes).")
+
+    def _then_update(self, action):
+        """`action` (a layer's undo or redo), followed by an update of the segmentation."""
+        def run(*args, **kwargs):
+            out = action(*args, **kwargs)
+            self._on_paint()
+            return out
+        return run
 
     def _worker_done(self) -> None:
         self.worker = None

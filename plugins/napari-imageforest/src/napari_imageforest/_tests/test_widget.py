@@ -245,3 +245,16 @@ def test_saving_a_volume_segmentation_keeps_its_voxel_size(make_napari_viewer, q
     saved = read_image(widget.save_segmentation(tmp_path / "seg.nii.gz")[0])
     assert np.allclose(saved.spacing, [0.8, 0.8, 2.5]) and np.allclose(saved.origin, [0.0, 0.0, 10.0])
     assert np.array_equal(saved.array, viewer.layers["segmentation"].data)
+
+
+def test_undoing_a_stroke_updates_the_segmentation(started, qtbot):
+    viewer, widget, _ = started
+    scribbles = viewer.layers["scribbles"]
+    paint_disc_strokes(scribbles)
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    scribbles.brush_size = 3
+    paint_line(scribbles, 3, [(45, 10)])  # one dab of a third class (one step of the layer's history)
+    qtbot.waitUntil(lambda: settled(widget) and 3 in widget.session.result.classes, timeout=WAIT_MS)
+    scribbles.undo()  # napari's own undo (Ctrl+Z) takes the stroke back
+    qtbot.waitUntil(lambda: settled(widget) and 3 not in widget.session.result.classes, timeout=WAIT_MS)
+    assert 3 not in np.unique(viewer.layers["segmentation"].data)
