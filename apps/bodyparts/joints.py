@@ -117,6 +117,15 @@ def _bucket_cells(points, reach):  # pragma: no cover - numba
 
 
 @njit(cache=True, inline="always")
+def _found_near(found, n_found, x0, x1, x2, settle2):  # pragma: no cover - numba
+    """Index of the first of the `n_found` modes in `found` within sqrt(settle2) of (x0, x1, x2), or -1."""
+    for m in range(n_found):
+        if (found[m, 0] - x0) ** 2 + (found[m, 1] - x1) ** 2 + (found[m, 2] - x2) ** 2 < settle2:
+            return m
+    return -1
+
+
+@njit(cache=True, inline="always")
 def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter, found, n_found
            ):  # pragma: no cover - numba
     """Mean shift of one estimate (x0, x1, x2) to its mode among the bucketed cells (see `_bucket_cells`):
@@ -158,11 +167,7 @@ def _climb(x0, x1, x2, pts, wts, first, span, lo, side, bandwidth, max_iter, fou
         if step < tol:
             converged = True
             break
-        settled = -1
-        for m in range(n_found):
-            if (found[m, 0] - x0) ** 2 + (found[m, 1] - x1) ** 2 + (found[m, 2] - x2) ** 2 < settle2:
-                settled = m
-                break
+        settled = _found_near(found, n_found, x0, x1, x2, settle2)
         if settled >= 0:
             x0, x1, x2 = found[settled, 0], found[settled, 1], found[settled, 2]
             converged = True
@@ -204,12 +209,8 @@ def _modes_of(points, weights, bandwidth, max_iter):  # pragma: no cover - numba
         x0, x1, x2, converged = _climb(modes[s, 0], modes[s, 1], modes[s, 2], pts, wts, first, span, lo, side,
                                        bandwidth, max_iter, found, n_found)
         modes[s, 0], modes[s, 1], modes[s, 2] = x0, x1, x2
-        new = converged  # only a converged climb marks a mode (one cut short by max_iter is on a slope)
-        for m in range(n_found):
-            if (found[m, 0] - x0) ** 2 + (found[m, 1] - x1) ** 2 + (found[m, 2] - x2) ** 2 < settle2:
-                new = False
-                break
-        if new:
+        # only a converged climb marks a mode (one cut short by max_iter is on a slope)
+        if converged and _found_near(found, n_found, x0, x1, x2, settle2) < 0:
             found[n_found, 0], found[n_found, 1], found[n_found, 2] = x0, x1, x2
             n_found += 1
     return _merge_modes(modes, sw, 0.5 * bandwidth)
