@@ -19,19 +19,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imageforest.batches import BatchItem, plan_batch, run_batch
+from imageforest.apps.segment.image_files import PICTURE_SUFFIXES
+from imageforest.batches import SCAN_SUFFIXES, BatchItem, plan_batch, run_batch
 
 # Suffixes an image's name loses in its outputs' names; a picture's mask is a palette PNG, a volume's a NIfTI file
-IMAGE_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".png", ".bmp", ".gif", ".tif", ".tiff",
-                  ".jpg", ".jpeg")
+IMAGE_SUFFIXES = (*SCAN_SUFFIXES, *PICTURE_SUFFIXES)
 PICTURE_OUTPUTS = {"out": ".png", "probabilities": "_proba.tif", "uncertainty": "_uncertainty.tif"}
 VOLUME_OUTPUTS = {"out": ".nii.gz", "probabilities": "_proba.nii.gz", "uncertainty": "_uncertainty.nii.gz"}
 
 
 def is_picture(path: Path) -> bool:
     """Whether `path` names a picture (by its suffix) rather than a volume (a volume file or a DICOM folder)."""
-    from imageforest.apps.segment.image_files import PICTURE_SUFFIXES
-
     return path.name.lower().endswith(PICTURE_SUFFIXES)
 
 
