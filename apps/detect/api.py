@@ -1,7 +1,7 @@
 """The detection entry points shared by the CLI, the benchmarks and pipelines.
 
     from imageforest.apps.detect.api import load_detector, detect_file
-    detector = load_detector()                     # the default horse detector shipped in the package
+    detector = load_detector()                     # the shipped horse detector (load_detector("cars"): the cars)
     document, result, rgb = detect_file("horse.jpg", detector)
 """
 
@@ -16,11 +16,16 @@ from imageforest.apps.detect.model import DetectionResult, HoughForestDetector
 from imageforest.apps.detect.report import detections_document
 from imageforest.forest.serialization import model_file
 
-DEFAULT_MODEL = Path(__file__).parent / "models" / "horses.npz"
+MODELS = Path(__file__).parent / "models"
+SHIPPED = {"horses": MODELS / "horses.npz", "cars": MODELS / "cars.npz"}
+DEFAULT_MODEL = SHIPPED["horses"]
 
 
 def load_detector(path: str | Path | None = None) -> HoughForestDetector:
-    """Load a Hough-forest detector file (default: the shipped horse detector)."""
+    """Load a Hough-forest detector: a model file, or a shipped model by name ('horses', the default, or 'cars';
+    a file of that name in the working folder wins)."""
+    if path is not None and str(path) in SHIPPED and not Path(path).exists():
+        return HoughForestDetector.load(model_file(SHIPPED[str(path)], SHIPPED[str(path)]))
     return HoughForestDetector.load(model_file(path, DEFAULT_MODEL))
 
 

@@ -28,13 +28,13 @@ from typing import ClassVar
 import numpy as np
 
 from imageforest.estimators.base import BaseForest, numba_threads
-from imageforest.estimators.params import GROWTH, Integer, Options, Real, Rule, check_params
+from imageforest.estimators.params import GROWTH, Boolean, Integer, Options, Real, RealEach, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError, NotFittedError
 from imageforest.forest.losses import LOSSES
 from imageforest.forest.objectives import NodeObjectives, Objective
 from imageforest.imaging.channels import N_CHANNELS, as_rgb, hough_channels
 from imageforest.imaging.pixel_pairs import PixelPairs, stack_channels
-from imageforest.voting.hough import cast_votes, hough_peaks, non_maximum_suppression
+from imageforest.voting.hough import cast_votes, hough_peaks, non_maximum_suppression, peak_viewpoints, viewpoint_of
 
 MAX_DETECTIONS = 100
 VARIANTS = ("hough", "adhf")
@@ -50,15 +50,22 @@ class Detection:
     box_xyxy : [x0, y0, x1, y1] in the input image's pixels (x0, y0 the top-left corner, x1, y1 exclusive)
     score : vote mass at the Hough maximum (expected number of object patches voting for this centre)
     scale : factor the image was resized by when the object was found (its size / the learnt object size)
+    viewpoint : (azimuth_deg, spread_deg) when the model knows viewpoints: the mode of the azimuths of the votes
+        for this centre, and their root-mean-square distance from it; else None
     """
 
     box_xyxy: list[float]
     score: float
     scale: float
+    viewpoint: tuple[float, float] | None = None
 
     def to_json(self) -> dict:
-        return {"box_xyxy": [round(float(v), 2) for v in self.box_xyxy], "score": round(float(self.score), 4),
-                "scale": round(float(self.scale), 4)}
+        out = {"box_xyxy": [round(float(v), 2) for v in self.box_xyxy], "score": round(float(self.score), 4),
+               "scale": round(float(self.scale), 4)}
+        if self.viewpoint is not None:
+            out["viewpoint"] = {"azimuth_deg": round(float(self.viewpoint[0]), 1) % 360.0,  # 359.97 -> 0.0
+                                "spread_deg": round(float(self.viewpoint[1]), 1)}
+        return out
 
 
 @dataclass
@@ -113,6 +120,35 @@ def _rng_seed(rng: np.random.Generator) -> int:
 
 
 VOTE_REACH = 16  # object sizes a leaf's vote (centre offset, object size) may span at most
+FILLED = 0.9  # training boxes covering this share of their image are crops: they say nothing of object sizes
+
+
+def mirror(rgb: np.ndarray, boxes: np.ndarray, azimuth: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An image mirrored left to right, with its boxes and viewpoints: azimuth a becomes 180 - a (degrees), the
+    convention in which 0 and 180 are the two side views and 90 and 270 the back and the front."""
+    w = rgb.shape[1]
+    flipped = np.c_[w - boxes[:, 2], boxes[:, 1], w - boxes[:, 0], boxes[:, 3]]
+    return np.ascontiguousarray(rgb[:, ::-1]), flipped, np.mod(180.0 - azimuth, 360.0)
+
+
+def viewpoint_targets(azimuth: np.ndarray, bins: int) -> np.ndarray:
+    """Regression targets that make a node's squared error the viewpoint uncertainty of its object patches:
+    the unit vector (cos a, sin a) (bins 0), or the one-hot vector of the azimuth's bin among `bins` equal ones
+    (squared error of a one-hot vector is the Gini impurity). NaN rows (background patches) count for nothing."""
+    a = np.asarray(azimuth, dtype=np.float64)
+    known = np.isfinite(a)
+    if bins == 0:
+        out = np.c_[np.cos(np.deg2rad(a)), np.sin(np.deg2rad(a))]
+    else:
+        out = np.zeros((a.size, bins))
+        out[np.flatnonzero(known), azimuth_bin(a[known], bins)] = 1.0
+    out[~known] = np.nan
+    return out
+
+
+def azimuth_bin(azimuth: np.ndarray, bins: int) -> np.ndarray:
+    """Bin index of each azimuth (degrees) among `bins` equal bins starting at 0 degrees."""
+    return (np.floor(np.mod(azimuth, 360.0) / (360.0 / bins)).astype(np.int64)) % bins
 
 
 class HoughForestDetector(BaseForest):
@@ -152,6 +188,19 @@ class HoughForestDetector(BaseForest):
     nms_inside : float
         So are boxes lying inside a stronger one by more than this share of their area: at a larger scale a part
         of an object (a horse's head and neck) can look like a whole one (1.0 keeps them).
+    viewpoint_bins : int
+        How the trees learn viewpoints, when `fit` is given them: 0 as the unit vector of the azimuth, K >= 2 as K
+        equal azimuth classes (Redondo-Cabrera and Lopez-Sastre's multi-aspect forest); leaves keep each stored
+        vote's azimuth (with K classes, its class's centre).
+    viewpoint_share : float
+        Probability that a node reduces the viewpoint uncertainty of the object patches, when viewpoints are given;
+        the other nodes divide as `offset_share` says.
+    flip : bool
+        Also train on every training image mirrored left to right (its viewpoints mirrored with it).
+    object_sizes : (2,) floats or None
+        Smallest and largest object size (geometric mean of the box sides) relative to an image's geometric size
+        that `detect` searches; None: the range of the training images, which crops (boxes filling their images)
+        cannot give.
     variant : {"hough", "adhf"}
         "adhf": alternating decision Hough forest (Schulter et al., "Alternating decision forests", CVPR 2013,
         sec. 5): trees grown level by level with patch weights from the gradient of a global `loss` at the
@@ -166,7 +215,8 @@ class HoughForestDetector(BaseForest):
     Attributes (after `fit`)
     ----------
     leaf_foreground_ : (n_leaves,) float32, object share of each leaf (class-balanced)
-    vote_start_ : (n_leaves + 1,) int64;  votes_ : (n_votes, 4) float32 [dx, dy, width, height] at the learnt size
+    vote_start_ : (n_leaves + 1,) int64;  votes_ : (n_votes, 4) float32 [dx, dy, width, height] at the learnt size,
+        (n_votes, 5) with the azimuth in degrees as the fifth column when the model knows viewpoints
     relative_sizes_ : (2,) smallest and largest object size relative to the image's geometric size searched
     threshold_ : default score threshold of `detect`
     model_card_ : what the model is (name, training data, measured accuracy), saved with it
@@ -178,6 +228,8 @@ class HoughForestDetector(BaseForest):
         "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
+        "viewpoint_bins": Integer(0, 72), "viewpoint_share": Real(0.0, 1.0), "flip": Boolean(),
+        "object_sizes": RealEach(1e-3, 10.0, allow_none=True),
         "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0), "nms_inside": Real(0.0, 1.0),
         "variant": Options(choices=VARIANTS), "loss": Options(choices=LOSSES)}
     # fixed growth settings the base class reads
@@ -193,7 +245,8 @@ class HoughForestDetector(BaseForest):
                  min_samples_leaf: int = 20, patch_size: int = 16, object_size: float = 64.0,
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
                  n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, nms_inside: float = 0.6,
-                 variant: str = "hough",
+                 viewpoint_bins: int = 0, viewpoint_share: float = 0.3, flip: bool = False,
+                 object_sizes: tuple[float, float] | None = None, variant: str = "hough",
                  loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -209,6 +262,10 @@ class HoughForestDetector(BaseForest):
         self.smoothing = smoothing
         self.nms_iou = nms_iou
         self.nms_inside = nms_inside
+        self.viewpoint_bins = viewpoint_bins
+        self.viewpoint_share = viewpoint_share
+        self.flip = flip
+        self.object_sizes = object_sizes
         self.variant = variant
         self.loss = loss
         self.random_state = random_state
@@ -219,7 +276,8 @@ class HoughForestDetector(BaseForest):
 
     # -- training ------------------------------------------------------------------------------------------
     def fit(self, images: Sequence[np.ndarray], boxes: Sequence[np.ndarray],
-            negatives: Sequence[np.ndarray] = ()) -> HoughForestDetector:
+            negatives: Sequence[np.ndarray] = (), viewpoints: Sequence[np.ndarray] | None = None
+            ) -> HoughForestDetector:
         """Grow the forest on images with object boxes (and optional background images without the object).
 
         Parameters
@@ -227,45 +285,67 @@ class HoughForestDetector(BaseForest):
         images : RGB images (h, w, 3), uint8 or float in [0, 1]
         boxes : per image, (k, 4) boxes [x0, y0, x1, y1] in its pixels (k >= 1)
         negatives : RGB images that contain no object
+        viewpoints : per image, (k,) azimuth of each box's object in degrees (0 and 180 the side views, 90 the
+            back, 270 the front); the leaves then keep viewpoints and `detect` reports them
         """
         check_params(self)
         if len(images) == 0:
             raise InvalidInputError("no training images given")
         if len(images) != len(boxes):
             raise InvalidInputError(f"{len(images)} images but {len(boxes)} box lists")
+        if self.viewpoint_bins == 1:
+            raise InvalidInputError("viewpoint_bins must be 0 (azimuth as a unit vector) or at least 2 classes")
+        sizes_given = self._object_size_range()
         rng = np.random.default_rng(self.random_state)
         sample_rng = np.random.default_rng(_rng_seed(rng))
         rgbs = [as_rgb(im, f"training image {k}") for k, im in enumerate(images)]
         box_sets = [check_boxes(b, rgb.shape[:2], f"training image {k}")
                     for k, (rgb, b) in enumerate(zip(rgbs, boxes, strict=True))]
+        views = self._check_viewpoints(viewpoints, box_sets)
+        if self.flip:
+            mirrored = [mirror(rgb, b, a) for rgb, b, a in zip(rgbs, box_sets, views, strict=True)]
+            rgbs += [m[0] for m in mirrored]
+            box_sets += [m[1] for m in mirrored]
+            views += [m[2] for m in mirrored]
         neg_rgbs = [as_rgb(im, f"background image {k}") for k, im in enumerate(negatives)]
 
-        channels, points, offsets, sizes, labels = [], [], [], [], []
-        relative, scaled_sizes = [], []
+        channels, points, offsets, sizes, labels, azimuths = [], [], [], [], [], []
+        relative, scaled_sizes, filled = [], [], []
         half = self.patches_per_image // 2
 
-        def collect(yx: np.ndarray, label: int, offset: np.ndarray | None = None, size: np.ndarray | None = None):
+        def collect(yx: np.ndarray, label: int, offset: np.ndarray | None = None, size: np.ndarray | None = None,
+                    azimuth: np.ndarray | None = None):
             """Patches at pixels yx (m, 2) of the latest channel image; background ones have no offset."""
             m = len(yx)
             points.append(np.c_[np.full(m, len(channels) - 1), np.zeros(m, np.int64), yx])
             labels.append(np.full(m, label, np.int32))
             offsets.append(np.full((m, 2), np.nan) if offset is None else offset)
             sizes.append(np.zeros((m, 2)) if size is None else size)
+            azimuths.append(np.full(m, np.nan) if azimuth is None else azimuth)
 
-        for rgb, b in zip(rgbs, box_sets, strict=True):
-            geo = np.sqrt((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))
+        for rgb, b, a in zip(rgbs, box_sets, views, strict=True):
+            area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+            geo = np.sqrt(area)
             relative.extend(geo / np.sqrt(rgb.shape[0] * rgb.shape[1]))
+            filled.append(area.max() >= FILLED * rgb.shape[0] * rgb.shape[1])
             scale = float(self.object_size / np.median(geo))
             small = resize(rgb, scale)
             sb = b * scale
             scaled_sizes.append(np.sqrt(small.shape[0] * small.shape[1]))
             channels.append(hough_channels(small))
-            pos, off, size = _object_patches(sb, small.shape[:2], half, sample_rng)
-            collect(pos, 1, off, size)
+            pos, off, size, which = _object_patches(sb, small.shape[:2], half, sample_rng)
+            collect(pos, 1, off, size, a[which])
             collect(_background_patches(sb, small.shape[:2], self.patches_per_image - half, sample_rng), 0)
+        if sizes_given is None and all(filled):
+            raise InvalidInputError("the training boxes fill their images (crops), so they do not say how large "
+                                    "objects are in a photograph: give object_sizes (smallest, largest relative "
+                                    "to the image)")
         for rgb in neg_rgbs:
-            # a background image is shown at the size of a random training image (after its rescaling)
+            # a background image is shown at the size of a random training image (after its rescaling); crops
+            # are smaller than any photograph, so background images keep their own size relative to the objects
             target = scaled_sizes[int(sample_rng.integers(len(scaled_sizes)))]
+            if sizes_given is not None and all(filled):
+                target = self.object_size / float(np.exp(sample_rng.uniform(*np.log(sizes_given))))
             small = resize(rgb, float(target / np.sqrt(rgb.shape[0] * rgb.shape[1])))
             channels.append(hough_channels(small))
             collect(_background_patches(np.zeros((0, 4)), small.shape[:2], self.patches_per_image, sample_rng), 0)
@@ -273,6 +353,7 @@ class HoughForestDetector(BaseForest):
         y = np.concatenate(labels)
         offset = np.concatenate(offsets)
         size = np.concatenate(sizes)
+        azimuth = np.concatenate(azimuths)
         n_pos, n_neg = int(np.sum(y == 1)), int(np.sum(y == 0))
         if n_neg == 0:
             raise InvalidInputError("no background patches: the boxes cover the whole of every image; add "
@@ -282,24 +363,58 @@ class HoughForestDetector(BaseForest):
         family = PixelPairs(N_CHANNELS, self.patch_size)
         stack = family.prepare(channels)
         channels.clear()  # the stack holds them now
-        cls = Objective.classification(y, 2)
-        if self.offset_share > 0:
-            reg = Objective.regression(offset, "squared_error")
-            objective = NodeObjectives.random([cls, reg], [1.0 - self.offset_share, self.offset_share])
-        else:
-            objective = cls
+        has_views = viewpoints is not None
+        objective = self._objective(y, offset, azimuth if has_views else None)
         grown = self.grow(family, (stack, pts), y.size, objective, weight)
-        self._fit_leaves(grown, y, weight, offset, size, np.random.default_rng(_rng_seed(rng)))
+        extra = np.c_[offset, size, azimuth] if has_views else np.c_[offset, size]
+        self._fit_leaves(grown, y, weight, extra, np.random.default_rng(_rng_seed(rng)))
         rel = np.asarray(relative)
-        self.relative_sizes_ = np.array([np.percentile(rel, 2.5), np.percentile(rel, 97.5)])
+        self.relative_sizes_ = (np.asarray(sizes_given, dtype=np.float64) if sizes_given is not None
+                                else np.array([np.percentile(rel, 2.5), np.percentile(rel, 97.5)]))
         self.threshold_ = 0.0
         self.model_card_: dict = {}
         self.n_training_ = {"images": len(rgbs), "background_images": len(neg_rgbs), "object_patches": n_pos,
                             "background_patches": n_neg}
         return self
 
-    def _fit_leaves(self, grown, y, weight, offset, size, rng) -> None:
-        """Object share per leaf and up to `max_leaf_votes` object offsets per leaf."""
+    def _object_size_range(self) -> tuple[float, float] | None:
+        if self.object_sizes is None:
+            return None
+        sizes = np.asarray(self.object_sizes, dtype=np.float64).ravel()
+        if sizes.shape != (2,) or not 0 < sizes[0] <= sizes[1]:
+            raise InvalidInputError(f"object_sizes must be two increasing positive numbers, got {self.object_sizes}")
+        return float(sizes[0]), float(sizes[1])
+
+    @staticmethod
+    def _check_viewpoints(viewpoints, box_sets: list[np.ndarray]) -> list[np.ndarray]:
+        """Per image, (k,) float64 azimuths in [0, 360) (NaN throughout when no viewpoints are given)."""
+        if viewpoints is None:
+            return [np.full(len(b), np.nan) for b in box_sets]
+        if len(viewpoints) != len(box_sets):
+            raise InvalidInputError(f"{len(box_sets)} images but {len(viewpoints)} viewpoint lists")
+        out = []
+        for k, (v, b) in enumerate(zip(viewpoints, box_sets, strict=True)):
+            a = np.atleast_1d(np.asarray(v, dtype=np.float64))
+            if a.shape != (len(b),) or not np.isfinite(a).all():
+                raise InvalidInputError(f"training image {k}: give one finite azimuth (degrees) per box")
+            out.append(np.mod(a, 360.0))
+        return out
+
+    def _objective(self, y: np.ndarray, offset: np.ndarray, azimuth: np.ndarray | None):
+        """Each node's choice among class, offset and (with viewpoints) viewpoint uncertainty."""
+        objectives = [Objective.classification(y, 2)]
+        p = [1.0 - self.offset_share]
+        if self.offset_share > 0:
+            objectives.append(Objective.regression(offset, "squared_error"))
+            p.append(self.offset_share)
+        if azimuth is not None and self.viewpoint_share > 0:
+            objectives.append(Objective.regression(viewpoint_targets(azimuth, self.viewpoint_bins), "squared_error"))
+            p = [q * (1.0 - self.viewpoint_share) for q in p] + [self.viewpoint_share]
+        return objectives[0] if len(objectives) == 1 else NodeObjectives.random(objectives, p)
+
+    def _fit_leaves(self, grown, y, weight, extra, rng) -> None:
+        """Object share per leaf and up to `max_leaf_votes` object votes per leaf; `extra` (n, 4 or 5) holds each
+        patch's [dx, dy, width, height (, azimuth)]."""
         n_leaves = grown.leaf_start.size
         _, share, _ = grown.leaf_moments((y == 1)[:, None], weight[grown.order], covariance="none")
         self.leaf_foreground_ = share[:, 0].astype(np.float32)
@@ -318,7 +433,14 @@ class HoughForestDetector(BaseForest):
         leaf_o, point_o = leaf_o[keep], point_o[keep]
         kept = np.bincount(leaf_o, minlength=n_leaves)
         self.vote_start_ = np.r_[0, np.cumsum(kept)].astype(np.int64)
-        self.votes_ = np.ascontiguousarray(np.c_[offset[point_o], size[point_o]], dtype=np.float32)
+        votes = extra[point_o]
+        if votes.shape[1] == 5 and self.viewpoint_bins >= 2:  # K classes: a leaf knows its votes' classes only
+            step = 360.0 / self.viewpoint_bins
+            votes[:, 4] = (azimuth_bin(votes[:, 4], self.viewpoint_bins) + 0.5) * step
+        votes = np.ascontiguousarray(votes, dtype=np.float32)
+        if votes.shape[1] == 5:  # float32 rounding may carry 359.99999 to 360
+            votes[votes[:, 4] >= 360.0, 4] = 0.0
+        self.votes_ = votes
 
     # -- detection -----------------------------------------------------------------------------------------
     def check_fitted(self) -> None:
@@ -356,9 +478,19 @@ class HoughForestDetector(BaseForest):
         leaves, _, _, shape = self._leaves(as_rgb(rgb), scale)
         return self.leaf_foreground_[leaves].mean(axis=1).reshape(shape)
 
+    @property
+    def knows_viewpoints(self) -> bool:
+        """Whether the leaves keep the viewpoints of their votes (a model trained with viewpoints)."""
+        self.check_fitted()
+        return self.votes_.shape[1] == 5
+
     def vote(self, rgb: np.ndarray, scale: float) -> np.ndarray:
         """Smoothed Hough image of an RGB image (see `as_rgb`) resized by `scale`: (3, h', w') float32 (vote mass,
         vote-weighted width and height sums, in pixels of the resized image)."""
+        return self._vote(rgb, scale)[0]
+
+    def _vote(self, rgb: np.ndarray, scale: float) -> tuple[np.ndarray, tuple]:
+        """`vote`, and what casting the votes again needs: (leaves, ys, xs, leaf weights)."""
         from scipy import ndimage
 
         leaves, yy, xx, (h, w) = self._leaves(rgb, scale)
@@ -368,7 +500,7 @@ class HoughForestDetector(BaseForest):
         if self.smoothing > 0:
             for c in range(3):
                 acc[c] = ndimage.gaussian_filter(acc[c], self.smoothing, mode="constant")
-        return acc
+        return acc, (leaves, yy, xx, weight)
 
     def detect(self, image: np.ndarray, threshold: float | None = None, scales: Sequence[float] | None = None,
                keep_hough: bool = False) -> DetectionResult:
@@ -394,7 +526,7 @@ class HoughForestDetector(BaseForest):
         if factors.ndim != 1 or factors.size == 0 or not np.all((factors > 0) & np.isfinite(factors)):
             raise InvalidInputError("scales must be positive numbers")
         t0 = time.perf_counter()
-        boxes, scores, found_at, houghs = [], [], [], []
+        boxes, scores, found_at, houghs, views = [], [], [], [], []
         radius = max(1, round(0.15 * self.object_size))
         # One low-pass resize to the largest scale searched, the others from it: a large photograph is filtered
         # once rather than once per scale (same pixels up to the filter's tail).
@@ -404,8 +536,16 @@ class HoughForestDetector(BaseForest):
             # an image shrunk below a patch has nothing to vote with
             if min(rgb.shape[0], rgb.shape[1]) * s < 4:
                 continue
-            acc = self.vote(base, float(s) / top)
+            acc, cast = self._vote(base, float(s) / top)
             peaks = hough_peaks(acc[0], radius, 0.0, PEAKS_PER_SCALE)
+            if self.knows_viewpoints:  # the azimuths of the votes that made each maximum
+                leaves, yy, xx, weight = cast
+                with numba_threads(self.n_jobs):
+                    hists = peak_viewpoints(leaves, yy, xx, self.vote_start_, self.votes_, weight, acc.shape[1:],
+                                            peaks, radius)
+                views.extend(viewpoint_of(hist) for hist in hists)
+            else:
+                views.extend([None] * len(peaks))
             for py, px in peaks:
                 mass = acc[0, py, px]
                 bw, bh = acc[1, py, px] / mass, acc[2, py, px] / mass
@@ -423,7 +563,7 @@ class HoughForestDetector(BaseForest):
             b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, w)
             b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, h)
             keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou, self.nms_inside)
-            dets = [Detection(b[i].tolist(), scores[i], found_at[i]) for i in keep if scores[i] >= thr]
+            dets = [Detection(b[i].tolist(), scores[i], found_at[i], views[i]) for i in keep if scores[i] >= thr]
         return DetectionResult(dets[:MAX_DETECTIONS], houghs if keep_hough else None, [float(s) for s in factors],
                                {"vote": t1 - t0, "suppress": time.perf_counter() - t1})
 
@@ -450,13 +590,16 @@ class HoughForestDetector(BaseForest):
         if (start.dtype != np.int64 or start.shape != (n_leaves + 1,) or start[0] != 0
                 or np.any(np.diff(start) < 0)):
             raise ModelFormatError("vote_start must be an increasing int64 index with one entry per leaf plus one")
-        if (votes.dtype != np.float32 or votes.ndim != 2 or votes.shape != (int(start[-1]), 4)
-                or not np.isfinite(votes).all() or np.any(votes[:, 2:] <= 0)):
-            raise ModelFormatError("votes must be (n, 4) finite float32 offsets and positive sizes")
+        if (votes.dtype != np.float32 or votes.ndim != 2 or votes.shape[0] != int(start[-1])
+                or votes.shape[1] not in (4, 5) or not np.isfinite(votes).all() or np.any(votes[:, 2:4] <= 0)):
+            raise ModelFormatError("votes must be (n, 4) finite float32 offsets and positive sizes (n, 5 with "
+                                   "viewpoints)")
+        if votes.shape[1] == 5 and np.any((votes[:, 4] < 0) | (votes[:, 4] >= 360)):
+            raise ModelFormatError("the votes' azimuths must lie in [0, 360) degrees")
         # a patch lies inside its object (scaled to object_size), so its offset and the object's size are within a
         # few object sizes; a forged vote of 1e30 pixels would move every centre off the image
         reach = VOTE_REACH * float(self.object_size)
-        if votes.size and (np.abs(votes).max() > reach):
+        if votes.size and (np.abs(votes[:, :4]).max() > reach):
             raise ModelFormatError(f"votes must lie within {reach:g} pixels ({VOTE_REACH} object sizes)")
         if rel.shape != (2,) or not np.all(np.isfinite(rel)) or not 0 < rel[0] <= rel[1] <= 10:
             raise ModelFormatError("relative_sizes must be two increasing positive numbers")
@@ -481,9 +624,9 @@ def _to_shape(image: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 
 def _object_patches(boxes: np.ndarray, shape: tuple[int, int], n: int, rng: np.random.Generator
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """n pixels drawn uniformly inside the boxes (boxes in proportion to their areas): (n, 2) (y, x), each one's
-    offset (dx, dy) from its pixel centre to its box's centre, and its box's (width, height)."""
+    offset (dx, dy) from its pixel centre to its box's centre, its box's (width, height), and its box's index."""
     h, w = shape
     area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     which = rng.choice(len(boxes), size=n, p=area / area.sum())
@@ -492,7 +635,7 @@ def _object_patches(boxes: np.ndarray, shape: tuple[int, int], n: int, rng: np.r
     y = np.clip(np.floor(rng.uniform(b[:, 1], b[:, 3])).astype(np.int64), 0, h - 1)
     offset = np.c_[0.5 * (b[:, 0] + b[:, 2]) - (x + 0.5), 0.5 * (b[:, 1] + b[:, 3]) - (y + 0.5)]
     size = np.c_[b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]]
-    return np.c_[y, x], offset, size
+    return np.c_[y, x], offset, size, which
 
 
 def _background_patches(boxes: np.ndarray, shape: tuple[int, int], n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,9 +1,15 @@
-"""The settings of the shipped horse detector (`python -m imageforest.apps.detect.scripts.train_default`).
+"""The settings of the shipped detectors (`python -m imageforest.apps.detect.scripts.train_default`).
 
-`imageforest train-detector` and `train_detector` start from them, and `HoughForestDetector`'s defaults are the same
-(its seed aside), so that a detector trained on a user's own boxes gets the settings measured on the Weizmann horses
-unless a flag says otherwise. A plain dict: importing it costs nothing, which keeps the command's start-up fast.
+`imageforest train-detector` and `train_detector` start from them: `RECIPE` (the horse detector's, which are also
+`HoughForestDetector`'s defaults, its seed aside) for a folder of photographs with boxes, `CROPS_RECIPE` (the car
+detector's) for a folder of cropped views with viewpoints, so that a detector trained on a user's own data gets the
+settings measured on the same kind of data unless a flag says otherwise. Plain dicts: importing them costs nothing,
+which keeps the command's start-up fast.
 """
 
 RECIPE = {"n_trees": 10, "max_depth": 15, "n_candidates": 200, "patches_per_image": 400, "variant": "hough",
-          "loss": "tangent", "random_state": 0}
+          "loss": "tangent", "random_state": 0, "viewpoint_bins": 0, "flip": False, "object_sizes": None}
+
+# Cropped views fill their images, so the object sizes a photograph may hold are a setting rather than something
+# the boxes say: a car photographed whole spans a quarter to most of the photograph (geometric sizes).
+CROPS_RECIPE = {**RECIPE, "patches_per_image": 200, "flip": True, "object_sizes": (0.25, 0.85)}

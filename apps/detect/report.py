@@ -24,7 +24,8 @@ def detections_document(result: DetectionResult, model: HoughForestDetector, sou
     return {
         "format": DETECTIONS_FORMAT,
         "image": source,
-        "model": {"name": model_name, "object_size": float(model.object_size), "threshold": float(threshold)},
+        "model": {"name": model_name, "object_size": float(model.object_size), "threshold": float(threshold),
+                  "viewpoints": bool(model.knows_viewpoints)},
         "size": [int(size_wh[0]), int(size_wh[1])],
         "detections": [d.to_json() for d in result.detections],
         "scales": [round(s, 4) for s in result.scales],
@@ -61,8 +62,32 @@ def overlay_image(rgb: np.ndarray, result: DetectionResult) -> np.ndarray:
         for dx in (0, w):
             draw.rectangle([x0 + dx, y0, x1 + dx - 1, y1 - 1], outline=BOX_COLOUR if rank == 0 else (255, 255, 255),
                            width=line)
-        draw.text((x0 + 3, y0 + 2), f"{d.score:.2f}", fill=BOX_COLOUR if rank == 0 else (255, 255, 255))
+        colour = BOX_COLOUR if rank == 0 else (255, 255, 255)
+        label = f"{d.score:.2f}"
+        if d.viewpoint is not None:
+            radius = max(8.0, 0.12 * min(x1 - x0, y1 - y0))
+            draw_compass(draw, (x1 - radius - 4, y0 + radius + 4), radius, d.viewpoint[0], colour, line)
+            label += f"  az {d.viewpoint[0]:.0f}\N{DEGREE SIGN} \N{PLUS-MINUS SIGN}{d.viewpoint[1]:.0f}"
+        draw.text((x0 + 3, y0 + 2), label, fill=colour)
     return np.asarray(pic)
+
+
+def draw_compass(draw, centre: tuple[float, float], radius: float, azimuth_deg: float, colour, width: int) -> None:
+    """A compass rose seen from above, the camera at its bottom: the arrow is the object's heading, pointing right
+    at azimuth 0 (side view, facing right), up at 90 (its back to the camera), left at 180, down at 270 (facing
+    the camera)."""
+    cx, cy = centre
+    draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], outline=colour, width=max(1, width // 2))
+    a = np.deg2rad(azimuth_deg)
+    dx, dy = np.cos(a), -np.sin(a)
+    tip = (cx + 0.9 * radius * dx, cy + 0.9 * radius * dy)
+    tail = (cx - 0.6 * radius * dx, cy - 0.6 * radius * dy)
+    draw.line([tail, tip], fill=colour, width=width + 1)
+    # the arrow head: two strokes back from the tip, 30 degrees either side
+    for side in (-1, 1):
+        b = a + np.pi + side * np.pi / 6
+        draw.line([tip, (tip[0] + 0.45 * radius * np.cos(b), tip[1] - 0.45 * radius * np.sin(b))], fill=colour,
+                  width=width + 1)
 
 
 def write_overlay(rgb: np.ndarray, result: DetectionResult, path: str | os.PathLike) -> None:

@@ -81,6 +81,96 @@ def cast_votes(leaves: np.ndarray, ys: np.ndarray, xs: np.ndarray, vote_start: n
     return _sum_chunks(acc)
 
 
+VIEW_BINS = 36  # the azimuth distribution of a detection, in 10-degree bins
+
+
+@njit(cache=True, nogil=True)
+def _view_chunks(c0, c1, leaves, ys, xs, vote_start, votes, leaf_weight, owner, hist):  # pragma: no cover - numba
+    """Votes of chunks c0..c1 that land on a peak's cells (owner >= 0) add their weight to that peak's azimuth
+    histogram hist[c, peak] (VIEW_BINS bins), shared linearly between the two nearest bin centres."""
+    n = leaves.shape[0]
+    step = (n + N_CHUNKS - 1) // N_CHUNKS
+    height, width = owner.shape
+    n_bins = hist.shape[2]
+    width_deg = 360.0 / n_bins
+    for c in range(c0, c1):
+        for i in range(c * step, min(n, (c + 1) * step)):
+            y0 = np.float32(ys[i])
+            x0 = np.float32(xs[i])
+            for t in range(leaves.shape[1]):
+                leaf = leaves[i, t]
+                w = leaf_weight[leaf]
+                if w <= 0.0:
+                    continue
+                for v in range(vote_start[leaf], vote_start[leaf + 1]):
+                    y = int(np.floor(y0 + votes[v, 1] + np.float32(0.5)))
+                    x = int(np.floor(x0 + votes[v, 0] + np.float32(0.5)))
+                    if y < 0 or y >= height or x < 0 or x >= width:
+                        continue
+                    p = owner[y, x]
+                    if p < 0:
+                        continue
+                    a = votes[v, 4] / width_deg - 0.5  # position among the bin centres
+                    lo = int(np.floor(a))
+                    frac = a - lo
+                    hist[c, p, lo % n_bins] += w * (1.0 - frac)
+                    hist[c, p, (lo + 1) % n_bins] += w * frac
+
+
+def peak_viewpoints(leaves: np.ndarray, ys: np.ndarray, xs: np.ndarray, vote_start: np.ndarray, votes: np.ndarray,
+                    leaf_weight: np.ndarray, shape: tuple[int, int], peaks: np.ndarray, radius: int) -> np.ndarray:
+    """The azimuth distribution of the votes that landed within `radius` of each peak.
+
+    Parameters
+    ----------
+    leaves, ys, xs, vote_start, leaf_weight : as `cast_votes`
+    votes : (n_votes, 5) float32 [dx, dy, width, height, azimuth_deg]
+    shape : (height, width) of the Hough image;  peaks : (k, 2) int (y, x), strongest first
+    radius : cells within this distance of a peak are its own (a cell near two peaks goes to the stronger)
+
+    Returns
+    -------
+    (k, VIEW_BINS) float64 vote mass per 10-degree azimuth bin (bin b centred on 10 b + 5 degrees).
+    """
+    h, w = int(shape[0]), int(shape[1])
+    owner = np.full((h, w), -1, dtype=np.int32)
+    yy, xx = np.ogrid[:h, :w]
+    for p in range(len(peaks) - 1, -1, -1):  # the strongest painted last, so it keeps the shared cells
+        py, px = int(peaks[p, 0]), int(peaks[p, 1])
+        y0, y1, x0, x1 = max(0, py - radius), min(h, py + radius + 1), max(0, px - radius), min(w, px + radius + 1)
+        disc = (yy[y0:y1] - py) ** 2 + (xx[:, x0:x1] - px) ** 2 <= radius * radius
+        owner[y0:y1, x0:x1][disc] = p
+    hist = np.zeros((N_CHUNKS, len(peaks), VIEW_BINS), dtype=np.float64)
+    if len(peaks):
+        run_ranges(_view_chunks, N_CHUNKS, np.ascontiguousarray(leaves, dtype=np.int32),
+                   np.ascontiguousarray(ys, dtype=np.int32), np.ascontiguousarray(xs, dtype=np.int32), vote_start,
+                   votes, leaf_weight, owner, hist)
+    return hist.sum(axis=0)
+
+
+def viewpoint_of(hist: np.ndarray) -> tuple[float, float]:
+    """Mode and spread (degrees) of an azimuth distribution over VIEW_BINS bins.
+
+    The mode is the circular mean of the highest bin (after a [1, 2, 1] circular smoothing) and its two
+    neighbours; the spread is the root-mean-square angular distance of the whole distribution from the mode, so
+    that a car seen as both its front and its back (votes 180 degrees apart) reports a large spread.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    n = hist.size
+    total = hist.sum()
+    if total <= 0:
+        return float("nan"), float("nan")
+    smooth = 0.5 * hist + 0.25 * (np.roll(hist, 1) + np.roll(hist, -1))
+    top = int(np.argmax(smooth))
+    centres = np.deg2rad((np.arange(n) + 0.5) * 360.0 / n)
+    near = np.array([top - 1, top, top + 1]) % n
+    mode = np.arctan2(np.sum(hist[near] * np.sin(centres[near])), np.sum(hist[near] * np.cos(centres[near])))
+    mode_deg = float(np.rad2deg(mode) % 360.0)
+    diff = (np.rad2deg(centres) - mode_deg + 180.0) % 360.0 - 180.0
+    spread = float(np.sqrt(np.sum(hist * diff**2) / total))
+    return mode_deg, spread
+
+
 def hough_peaks(hough: np.ndarray, radius: int, threshold: float, max_peaks: int) -> np.ndarray:
     """Local maxima of a (smoothed) Hough image: (k, 2) int (y, x), strongest first.
 

@@ -1,0 +1,253 @@
+"""Multi-view car detection with viewpoint: Hough forests (plain and alternating) beside dlib's HOG detectors, in the
+same process, trained on the same crops and scored on the same photographs.
+
+    python benchmarks/detect/cars.py [--variants hough,adhf] [--seeds 0] [--viewpoint-bins 0] [--trees 10]
+        [--depth 15] [--patches 200] [--images N] [--json OUT] [--no-dlib] [--model M.npz]
+
+Data (Weizmann Cars ViewPoint, Glasner et al., "Viewpoint-aware object detection and continuous pose estimation",
+2012): training on the 947 cropped views of the 14 training cars with the 400 car-free photographs as background,
+scoring on the 222 photographs of the 3 validation cars (one car each, never seen in training). `--model` scores a
+saved model instead of training one (the shipped one: apps/detect/models/cars.npz).
+
+Reported per method: average precision at IoU >= 0.5 (area under the monotone precision-recall curve, VOC 2010, and
+the 11-point VOC 2007 one), recall at the equal-error rate and at any score, the azimuth error of the strongest
+correct detection of each photograph (median, and the shares within 22.5 and 45 degrees), median seconds per
+photograph (warm), training seconds and peak resident memory growth during training.
+
+Peer: dlib's HOG + structural SVM `simple_object_detector`, one detector per viewpoint group (side, back, front, and
+the two diagonals, as dlib's examples split views whose shapes differ), each with the group's median aspect ratio,
+left-right flips, C = 5; their windows are merged by non-maximum suppression, and a detection's azimuth is its
+group's circular mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks._measure import measure, mib
+from benchmarks.detect.common import Scorer, dlib_available
+from imageforest.apps.detect.datasets import list_images, open_box_folder, open_crop_folder, read_rgb
+from imageforest.apps.detect.model import HoughForestDetector
+from imageforest.apps.detect.recipe import CROPS_RECIPE
+from imageforest.voting.hough import box_iou, non_maximum_suppression
+
+CARS = Path(__file__).resolve().parents[3] / "shared" / "data" / "wcvp-cars"
+
+
+def angle_error(a: float, b: float) -> float:
+    """Absolute difference of two azimuths in degrees, in [0, 180]."""
+    return float(abs((a - b + 180.0) % 360.0 - 180.0))
+
+
+def eleven_point_ap(scores: list[float], hits: list[bool], n_true: int) -> float:
+    """VOC 2007 average precision: the mean over recall 0, 0.1, ..., 1 of the best precision at that recall or more."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    tp = np.cumsum(np.asarray(hits, dtype=np.float64)[order])
+    recall = tp / max(n_true, 1)
+    precision = tp / np.arange(1, tp.size + 1)
+    return float(np.mean([precision[recall >= r].max() if np.any(recall >= r) else 0.0
+                          for r in np.linspace(0, 1, 11)]))
+
+
+def view_group(azimuth: np.ndarray) -> np.ndarray:
+    """0 side, 1 back, 2 front, 3 back diagonal, 4 front diagonal: groups closed under a left-right flip (azimuth
+    a -> 180 - a), so that dlib's flipped copies stay in their group."""
+    a = np.mod(azimuth, 360.0)
+    side = np.minimum(np.abs((a + 180.0) % 360.0 - 180.0), np.abs(a - 180.0)) <= 22.5
+    back = np.abs(a - 90.0) <= 22.5
+    front = np.abs(a - 270.0) <= 22.5
+    return np.where(side, 0, np.where(back, 1, np.where(front, 2, np.where(a < 180.0, 3, 4))))
+
+
+def circular_mean(deg: np.ndarray) -> float:
+    r = np.deg2rad(deg)
+    return float(np.rad2deg(np.arctan2(np.sin(r).mean(), np.cos(r).mean())) % 360.0)
+
+
+def train_dlib_groups(crops: list[np.ndarray], azimuth: np.ndarray, negatives: list[np.ndarray], area: int = 80 * 80,
+                      c: float = 5.0) -> list[tuple[object, float]]:
+    """One dlib detector per view group: (detector, the group's mean azimuth). Crops are placed on a mid-grey frame
+    a fifth of their size wide, so that the HOG window has the border it needs; background photographs come without
+    boxes, as dlib mines its hard negatives from them."""
+    import dlib
+
+    groups = view_group(azimuth)
+    out = []
+    negs = [np.ascontiguousarray((n * 255).round().astype(np.uint8)) for n in negatives]
+    for g in range(5):
+        members = np.flatnonzero(groups == g)
+        images, rects = [], []
+        aspects = []
+        for k in members:
+            crop = (crops[k] * 255).round().astype(np.uint8)
+            h, w = crop.shape[:2]
+            m = max(8, round(0.2 * max(h, w)))
+            framed = np.full((h + 2 * m, w + 2 * m, 3), 128, np.uint8)
+            framed[m:m + h, m:m + w] = crop
+            images.append(framed)
+            rects.append([dlib.rectangle(m, m, m + w - 1, m + h - 1)])
+            aspects.append(w / h)
+        images += negs
+        rects += [[] for _ in negs]
+        options = dlib.simple_object_detector_training_options()
+        options.add_left_right_image_flips = True
+        options.C = c
+        options.num_threads = 2
+        options.be_verbose = False
+        options.detection_window_size = area
+        detector = dlib.train_simple_object_detector(images, rects, options)
+        out.append((detector, circular_mean(azimuth[members])))
+    return out
+
+
+def run_dlib_groups(models: list[tuple[object, float]], rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boxes, scores and azimuths of every group's windows above -1, merged by non-maximum suppression."""
+    import dlib
+
+    img = np.ascontiguousarray((rgb * 255).round().astype(np.uint8))
+    dets, scores, which = dlib.simple_object_detector.run_multiple([m for m, _ in models], img, upsample_num_times=0,
+                                                                   adjust_threshold=-1.0)
+    boxes = np.array([[d.left(), d.top(), d.right() + 1, d.bottom() + 1] for d in dets], dtype=np.float64)
+    boxes = boxes.reshape(-1, 4)
+    scores = np.asarray(scores, dtype=np.float64)
+    azimuth = np.array([models[int(i)][1] for i in which], dtype=np.float64)
+    if len(boxes) == 0:
+        return boxes, scores, azimuth
+    keep = non_maximum_suppression(boxes, scores, 0.3, 0.6)
+    return boxes[keep], scores[keep], azimuth[keep]
+
+
+class ViewScorer(Scorer):
+    """PASCAL scoring plus the azimuth error of each photograph's strongest correct detection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[float] = []
+
+    def add_views(self, boxes: np.ndarray, scores: np.ndarray, azimuth: np.ndarray, truth: np.ndarray,
+                  truth_azimuth: np.ndarray) -> None:
+        self.add(boxes, scores, truth)
+        if len(boxes) == 0:
+            return
+        iou = box_iou(boxes, truth)
+        for j in range(len(truth)):
+            hit = np.flatnonzero(iou[:, j] >= 0.5)
+            if hit.size and np.isfinite(azimuth[hit]).any():
+                best = hit[np.argmax(np.where(np.isfinite(azimuth[hit]), scores[hit], -np.inf))]
+                self.errors.append(angle_error(float(azimuth[best]), float(truth_azimuth[j])))
+
+    def summary(self) -> dict:
+        out = super().summary()
+        e = np.asarray(self.errors)
+        order = np.argsort(-np.asarray(self.scores), kind="stable")
+        out.update({"ap_11point": eleven_point_ap(self.scores, self.hits, self.n_true),
+                    "recall_any": float(np.sum(np.asarray(self.hits)[order]) / max(self.n_true, 1)),
+                    "azimuth_median_deg": float(np.median(e)) if e.size else float("nan"),
+                    "within_22_5": float(np.mean(e <= 22.5)) if e.size else float("nan"),
+                    "within_45": float(np.mean(e <= 45.0)) if e.size else float("nan"), "n_views": int(e.size)})
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=CARS)
+    ap.add_argument("--variants", default="hough", help="comma-separated: hough, adhf")
+    ap.add_argument("--seeds", default="0", help="comma-separated forest seeds")
+    ap.add_argument("--trees", type=int, default=CROPS_RECIPE["n_trees"])
+    ap.add_argument("--depth", type=int, default=CROPS_RECIPE["max_depth"])
+    ap.add_argument("--patches", type=int, default=CROPS_RECIPE["patches_per_image"])
+    ap.add_argument("--viewpoint-bins", type=int, default=CROPS_RECIPE["viewpoint_bins"])
+    ap.add_argument("--viewpoint-share", type=float, default=0.3)
+    ap.add_argument("--no-flip", action="store_true")
+    ap.add_argument("--images", type=int, default=None, help="score only every k-th photograph so that N are scored")
+    ap.add_argument("--model", type=Path, default=None, help="score this saved model instead of training")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-dlib", action="store_true")
+    args = ap.parse_args()
+
+    crops = open_crop_folder(args.data / "train")
+    val = open_box_folder(args.data / "val")
+    t0 = time.perf_counter()
+    train = [crops.load(k) for k in range(len(crops.names))]
+    negatives = [read_rgb(p) for p in list_images(crops.negatives_dir)]
+    names = val.names if args.images is None else val.names[::max(1, len(val.names) // args.images)]
+    tests = [(*val.load(n), val.viewpoints(n)) for n in names]
+    print(f"{len(train)} crops, {len(negatives)} background photographs, {len(tests)} test photographs "
+          f"(read in {time.perf_counter() - t0:.0f} s)", flush=True)
+
+    models: dict[str, object] = {}
+    fits: dict[str, tuple[float, int]] = {}
+    if args.model is not None:
+        models["saved"] = HoughForestDetector.load(args.model)
+    else:
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for variant in args.variants.split(","):
+                det = HoughForestDetector(args.trees, max_depth=args.depth, patches_per_image=args.patches,
+                                          variant=variant, viewpoint_bins=args.viewpoint_bins,
+                                          viewpoint_share=args.viewpoint_share, flip=not args.no_flip,
+                                          object_sizes=CROPS_RECIPE["object_sizes"], random_state=seed)
+                _, fit_s, fit_mem = measure(lambda d=det: d.fit([c for c, _ in train], [b for _, b in train],
+                                                                negatives, [crops.azimuth[k:k + 1]
+                                                                            for k in range(len(train))]))
+                label = f"{variant}/seed{seed}"
+                models[label] = det
+                fits[label] = (fit_s, fit_mem)
+                print(f"{label}: fit {fit_s:.0f} s, {mib(fit_mem)}", flush=True)
+    if not args.no_dlib and dlib_available():
+        models["dlib-hog"], fit_s, fit_mem = measure(lambda: train_dlib_groups([c for c, _ in train], crops.azimuth,
+                                                                               negatives))
+        fits["dlib-hog"] = (fit_s, fit_mem)
+        print(f"dlib-hog: fit {fit_s:.0f} s, {mib(fit_mem)}", flush=True)
+
+    out = {}
+    print(f"\n{'method':<16} {'AP':>6} {'AP11':>6} {'EER rec':>8} {'recall':>7} {'az med':>7} {'<22.5':>6} "
+          f"{'<45':>6} {'s/img':>6} {'fit s':>6}")
+    for label, model in models.items():
+        sc = ViewScorer()
+        for rgb, truth, truth_az in tests:
+            t = time.perf_counter()
+            if label == "dlib-hog":
+                boxes, scores, azimuth = run_dlib_groups(model, rgb)
+            else:
+                found = model.detect(rgb, threshold=0.0).detections
+                boxes = np.array([d.box_xyxy for d in found]).reshape(-1, 4)
+                scores = np.array([d.score for d in found])
+                azimuth = np.array([d.viewpoint[0] if d.viewpoint else np.nan for d in found])
+            sc.seconds.append(time.perf_counter() - t)
+            sc.add_views(boxes, scores, azimuth, truth, truth_az)
+        s = sc.summary()
+        s["fit_s"], s["fit_peak_mib"] = (fits[label][0], fits[label][1] / 2**20) if label in fits else (None, None)
+        out[label] = s
+        print(f"{label:<16} {s['ap']:6.3f} {s['ap_11point']:6.3f} {s['eer_recall']:8.3f} {s['recall_any']:7.3f} "
+              f"{s['azimuth_median_deg']:7.1f} {s['within_22_5']:6.2f} {s['within_45']:6.2f} "
+              f"{s['s_per_image']:6.3f} {s['fit_s'] or 0:6.0f}", flush=True)
+    forests = {k: v for k, v in out.items() if k.split("/")[0] in ("hough", "adhf")}
+    summary = {}
+    for variant in ("hough", "adhf"):
+        aps = [v["ap"] for k, v in forests.items() if k.startswith(variant + "/")]
+        if aps:
+            summary[variant] = {"ap_mean": float(np.mean(aps)), "ap_std": float(np.std(aps)), "n_seeds": len(aps),
+                                "azimuth_median_mean": float(np.mean([v["azimuth_median_deg"] for k, v in
+                                                                      forests.items() if k.startswith(variant)]))}
+            print(f"{variant}: AP {np.mean(aps):.3f} +- {np.std(aps):.3f} over {len(aps)} seed(s)")
+    if "hough" in summary and "adhf" in summary:
+        diffs = [out[f"adhf/seed{s}"]["ap"] - out[f"hough/seed{s}"]["ap"] for s in args.seeds.split(",")]
+        summary["adhf_minus_hough"] = {"mean": float(np.mean(diffs)), "std": float(np.std(diffs)),
+                                       "per_seed": diffs}
+        print(f"AP adhf - hough per seed: {', '.join(f'{d:+.3f}' for d in diffs)}")
+    out["summary"] = summary
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": out},
+                                        indent=1))
+
+
+if __name__ == "__main__":
+    main()
