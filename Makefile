@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo demo-engine bench-localize bench-detect bench bench-imaging bench-unsupervised lint gallery \
+.PHONY: install test demo demo-engine bench-localize bench-detect bench-cars bench bench-imaging bench-unsupervised lint gallery \
 	clean
 
 install: $(STAMP)
@@ -57,6 +57,12 @@ bench-detect: install
 	$(BIN)/python -m pip install --quiet dlib-bin
 	mkdir -p bench_out
 	$(BIN)/python benchmarks/detect/horses.py --json bench_out/detect_eval.json
+
+# Multi-view cars with viewpoint: the shipped car model and dlib's HOG detectors on the 3 validation cars (long).
+bench-cars: install
+	$(BIN)/python -m pip install --quiet dlib-bin
+	mkdir -p bench_out
+	$(BIN)/python benchmarks/detect/cars.py --model apps/detect/models/cars.npz --json bench_out/cars_val.json
 
 bench-imaging: install
 	$(BIN)/python benchmarks/imaging/vs_numpy.py

@@ -37,7 +37,8 @@ app = App(
     ),
     readers={"HoughForestDetector": "imageforest.apps.detect.model:HoughForestDetector.from_record"},
     warmup="imageforest.apps.detect.scripts.warmup:warm_up",
-    models={"horses": Path(__file__).parent / "models" / "horses.npz"},
+    models={"horses": Path(__file__).parent / "models" / "horses.npz",
+            "cars": Path(__file__).parent / "models" / "cars.npz"},
 )
 
 __all__ = sorted([*_LAZY, "app"])

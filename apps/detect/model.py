@@ -185,6 +185,9 @@ class HoughForestDetector(BaseForest):
         Standard deviation of the Gaussian that smooths each Hough image, in pixels at the learnt object size.
     nms_iou : float
         Boxes overlapping a stronger one by more than this IoU are dropped.
+    vote_stride : int
+        Only every `vote_stride`-th pixel along each axis votes (with that many squared times the weight): the
+        Hough image is smoothed over several pixels anyway, and voting is most of detection's time.
     nms_inside : float
         So are boxes lying inside a stronger one by more than this share of their area: at a larger scale a part
         of an object (a horse's head and neck) can look like a whole one (1.0 keeps them).
@@ -230,7 +233,8 @@ class HoughForestDetector(BaseForest):
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
         "viewpoint_bins": Integer(0, 72), "viewpoint_share": Real(0.0, 1.0), "flip": Boolean(),
         "object_sizes": RealEach(1e-3, 10.0, allow_none=True),
-        "smoothing": Real(0.0, 100.0), "nms_iou": Real(0.0, 1.0), "nms_inside": Real(0.0, 1.0),
+        "smoothing": Real(0.0, 100.0), "vote_stride": Integer(1, 8), "nms_iou": Real(0.0, 1.0),
+        "nms_inside": Real(0.0, 1.0),
         "variant": Options(choices=VARIANTS), "loss": Options(choices=LOSSES)}
     # fixed growth settings the base class reads
     weak_learner = "axis"
@@ -244,7 +248,8 @@ class HoughForestDetector(BaseForest):
     def __init__(self, n_trees: int = 10, *, max_depth: int = 15, n_candidates: int = 200, n_thresholds: int = 16,
                  min_samples_leaf: int = 20, patch_size: int = 16, object_size: float = 64.0,
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
-                 n_scales: int = 5, smoothing: float = 2.5, nms_iou: float = 0.3, nms_inside: float = 0.6,
+                 n_scales: int = 5, smoothing: float = 2.5, vote_stride: int = 1, nms_iou: float = 0.3,
+                 nms_inside: float = 0.6,
                  viewpoint_bins: int = 0, viewpoint_share: float = 0.3, flip: bool = False,
                  object_sizes: tuple[float, float] | None = None, variant: str = "hough",
                  loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
@@ -260,6 +265,7 @@ class HoughForestDetector(BaseForest):
         self.max_leaf_votes = max_leaf_votes
         self.n_scales = n_scales
         self.smoothing = smoothing
+        self.vote_stride = vote_stride
         self.nms_iou = nms_iou
         self.nms_inside = nms_inside
         self.viewpoint_bins = viewpoint_bins
@@ -461,13 +467,16 @@ class HoughForestDetector(BaseForest):
         w = self.leaf_foreground_ / (np.maximum(counts, 1) * self.forest_.n_trees)
         return np.where(counts > 0, w, 0.0).astype(np.float32)
 
-    def _leaves(self, rgb: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
-        """Leaf ids (h' w', T) of every pixel of the image resized by `scale`, the pixels' (y, x) and (h', w')."""
+    def _leaves(self, rgb: np.ndarray, scale: float, stride: int = 1
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+        """Leaf ids (n, T) of every `stride`-th pixel along each axis of the image resized by `scale`, those pixels'
+        (y, x), and the resized image's (h', w')."""
         small = resize(rgb, scale)
         h, w = small.shape[:2]
         stack = stack_channels([hough_channels(small)])
-        yy, xx = np.divmod(np.arange(h * w, dtype=np.int64), w)
-        pts = np.ascontiguousarray(np.c_[np.zeros((h * w, 2), np.int64), yy, xx], dtype=np.int32)
+        gy, gx = np.arange(0, h, stride, dtype=np.int64), np.arange(0, w, stride, dtype=np.int64)
+        yy, xx = np.repeat(gy, gx.size), np.tile(gx, gy.size)
+        pts = np.ascontiguousarray(np.c_[np.zeros((yy.size, 2), np.int64), yy, xx], dtype=np.int32)
         with numba_threads(self.n_jobs):
             leaves = self.family_.apply((stack, pts), self.forest_)
         return leaves, yy, xx, (h, w)
@@ -493,9 +502,11 @@ class HoughForestDetector(BaseForest):
         """`vote`, and what casting the votes again needs: (leaves, ys, xs, leaf weights)."""
         from scipy import ndimage
 
-        leaves, yy, xx, (h, w) = self._leaves(rgb, scale)
+        leaves, yy, xx, (h, w) = self._leaves(rgb, scale, self.vote_stride)
         with numba_threads(self.n_jobs):
-            weight = self._leaf_weight()  # per call: a refit or load replaces the leaves
+            # per call, as a refit or load replaces the leaves; a pixel of a sparser grid votes for the pixels it
+            # stands for, so that scores keep their meaning (expected object patches) whatever the stride
+            weight = self._leaf_weight() * np.float32(self.vote_stride**2)
             acc = cast_votes(leaves, yy, xx, self.vote_start_, self.votes_, weight, (h, w))
         if self.smoothing > 0:
             for c in range(3):

@@ -28,7 +28,8 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
                    n_trees: int | None = None, max_depth: int | None = None, n_candidates: int | None = None,
                    patches_per_image: int | None = None, variant: str | None = None, loss: str | None = None,
                    viewpoint_bins: int | None = None, flip: bool | None = None,
-                   object_sizes: tuple[float, float] | None = None, require_viewpoints: bool = False,
+                   object_sizes: tuple[float, float] | None = None, vote_stride: int | None = None,
+                   require_viewpoints: bool = False,
                    n_images: int | None = None,
                    random_state: int | None = None, n_jobs: int | None = None,
                    progress: Callable[[str], None] | None = None) -> tuple[HoughForestDetector, dict]:
@@ -48,7 +49,7 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
     crops = is_crop_folder(data_dir)
     given = {"n_trees": n_trees, "max_depth": max_depth, "n_candidates": n_candidates,
              "patches_per_image": patches_per_image, "variant": variant, "loss": loss,
-             "viewpoint_bins": viewpoint_bins, "flip": flip, "object_sizes": object_sizes,
+             "viewpoint_bins": viewpoint_bins, "flip": flip, "object_sizes": object_sizes, "vote_stride": vote_stride,
              "random_state": random_state}
     settings = {k: (v if v is not None else (CROPS_RECIPE if crops else RECIPE)[k]) for k, v in given.items()}
     t0 = time.perf_counter()
@@ -87,7 +88,8 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
                                 n_candidates=settings["n_candidates"], patches_per_image=settings["patches_per_image"],
                                 variant=settings["variant"], loss=settings["loss"],
                                 viewpoint_bins=settings["viewpoint_bins"], flip=settings["flip"],
-                                object_sizes=settings["object_sizes"], random_state=settings["random_state"],
+                                object_sizes=settings["object_sizes"], vote_stride=settings["vote_stride"],
+                                random_state=settings["random_state"],
                                 n_jobs=n_jobs)
     model.progress = progress  # a line per level of growth
     t1 = time.perf_counter()

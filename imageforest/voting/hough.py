@@ -152,8 +152,10 @@ def viewpoint_of(hist: np.ndarray) -> tuple[float, float]:
     """Mode and spread (degrees) of an azimuth distribution over VIEW_BINS bins.
 
     The mode is the circular mean of the highest bin (after a [1, 2, 1] circular smoothing) and its two
-    neighbours; the spread is the root-mean-square angular distance of the whole distribution from the mode, so
-    that a car seen as both its front and its back (votes 180 degrees apart) reports a large spread.
+    neighbours; the spread is the root-mean-square angular distance from the mode of the distribution above its
+    floor (its lowest bin: the votes of background patches spread over every azimuth), so that a sharp peak reports
+    a small spread and a car seen as both its front and its back (two peaks 180 degrees apart) a large one; a flat
+    distribution reports that of a uniform one (180 / sqrt(3) degrees).
     """
     hist = np.asarray(hist, dtype=np.float64)
     n = hist.size
@@ -167,7 +169,10 @@ def viewpoint_of(hist: np.ndarray) -> tuple[float, float]:
     mode = np.arctan2(np.sum(hist[near] * np.sin(centres[near])), np.sum(hist[near] * np.cos(centres[near])))
     mode_deg = float(np.rad2deg(mode) % 360.0)
     diff = (np.rad2deg(centres) - mode_deg + 180.0) % 360.0 - 180.0
-    spread = float(np.sqrt(np.sum(hist * diff**2) / total))
+    above = hist - hist.min()
+    if above.sum() <= 0:
+        return mode_deg, float(180.0 / np.sqrt(3.0))
+    spread = float(np.sqrt(np.sum(above * diff**2) / above.sum()))
     return mode_deg, spread
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from imageforest.apps.detect.api import DEFAULT_MODEL, load_detector
+from imageforest.apps.detect.api import DEFAULT_MODEL, SHIPPED, load_detector
 from imageforest.cli import main
 from imageforest.voting.hough import box_iou
 
@@ -36,3 +36,27 @@ def test_detect_finds_horses_in_full_size_photographs(tmp_path):
         s = np.array(entry["rgb_size_wh"] * 2) / np.array(entry["gray_size_wh"] * 2)
         assert doc["size"] == entry["rgb_size_wh"]
         assert box_iou(doc["detections"][0]["box_xyxy"], np.array(entry["bbox_xyxy_in_gray_frame"]) * s)[0, 0] >= 0.5
+
+
+CARS = Path(__file__).resolve().parents[4] / "shared" / "data" / "wcvp-cars"
+
+
+def test_the_car_model_ships_with_viewpoints_and_loads_by_name():
+    cars = load_detector("cars")
+    assert cars.model_card_["name"] == "wcvp-cars" and cars.knows_viewpoints
+    assert SHIPPED["cars"].stat().st_size < 50 * 2**20
+    assert np.isfinite(cars.threshold_) and cars.threshold_ > 0
+    assert load_detector("horses").model_card_["name"] == "weizmann-horses"
+
+
+@pytest.mark.skipif(not CARS.is_dir(), reason="needs ../shared/data/wcvp-cars")
+def test_detect_with_the_car_model_finds_an_unseen_car_and_its_heading(tmp_path):
+    truth = json.loads((CARS / "val" / "boxes.json").read_text())
+    name = "car_001_00000000.jpg"
+    result = CliRunner().invoke(main, ["detect", str(CARS / "val" / "images" / name), "--model", "cars", "-o",
+                                       str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    best = json.loads((tmp_path / "car_001_00000000.json").read_text())["detections"][0]
+    assert box_iou(best["box_xyxy"], truth[name][0]["box_xyxy"])[0, 0] >= 0.5
+    error = abs((best["viewpoint"]["azimuth_deg"] - truth[name][0]["azimuth_deg"] + 180) % 360 - 180)
+    assert error <= 45.0
