@@ -16,7 +16,8 @@ photograph (warm), training seconds and peak resident memory growth during train
 
 Peer: dlib's HOG + structural SVM `simple_object_detector`, one detector per viewpoint group (side, back, front, and
 the two diagonals, as dlib's examples split views whose shapes differ), each with the group's median aspect ratio,
-left-right flips, C = 5; their windows are merged by non-maximum suppression, and a detection's azimuth is its
+left-right flips, C = 5, each crop pasted into a car-free photograph for the border dlib's window reads; their
+windows are merged by non-maximum suppression, and a detection's azimuth is its
 group's circular mean.
 """
 
@@ -73,30 +74,40 @@ def circular_mean(deg: np.ndarray) -> float:
 
 
 def train_dlib_groups(crops: list[np.ndarray], azimuth: np.ndarray, negatives: list[np.ndarray], area: int = 80 * 80,
-                      c: float = 5.0) -> list[tuple[object, float]]:
-    """One dlib detector per view group: (detector, the group's mean azimuth). Crops are placed on a mid-grey frame
-    a fifth of their size wide, so that the HOG window has the border it needs; background photographs come without
-    boxes, as dlib mines its hard negatives from them."""
+                      c: float = 5.0, seed: int = 0) -> list[tuple[object, float]]:
+    """One dlib detector per view group: (detector, the group's mean azimuth). dlib's HOG window reads a border
+    around the box, which a tight crop lacks, so each crop is pasted into a car-free photograph (in turn, brought to
+    the size at which the car spans 40% of it, at a random place off its border): the scenes dlib learns from look
+    like the test photographs, and it mines its hard negatives from them and from the other car-free photographs."""
     import dlib
 
+    from imageforest.apps.detect.model import resize
+
     groups = view_group(azimuth)
+    rng = np.random.default_rng(seed)
     out = []
     negs = [np.ascontiguousarray((n * 255).round().astype(np.uint8)) for n in negatives]
     for g in range(5):
         members = np.flatnonzero(groups == g)
         images, rects = [], []
-        aspects = []
-        for k in members:
-            crop = (crops[k] * 255).round().astype(np.uint8)
+        for i, k in enumerate(members):
+            crop = crops[k]
             h, w = crop.shape[:2]
-            m = max(8, round(0.2 * max(h, w)))
-            framed = np.full((h + 2 * m, w + 2 * m, 3), 128, np.uint8)
-            framed[m:m + h, m:m + w] = crop
-            images.append(framed)
-            rects.append([dlib.rectangle(m, m, m + w - 1, m + h - 1)])
-            aspects.append(w / h)
-        images += negs
-        rects += [[] for _ in negs]
+            back = negatives[(g * 97 + i) % len(negatives)]
+            scene = resize(back, 2.5 * np.sqrt(h * w) / np.sqrt(back.shape[0] * back.shape[1]))
+            scene = np.array(scene, copy=True)
+            m = round(0.2 * max(h, w))  # dlib's window needs a border around the box
+            if scene.shape[0] <= h + 2 * m or scene.shape[1] <= w + 2 * m:
+                continue
+            y0 = int(rng.integers(m, scene.shape[0] - h - m))
+            x0 = int(rng.integers(m, scene.shape[1] - w - m))
+            scene[y0:y0 + h, x0:x0 + w] = crop
+            images.append(np.ascontiguousarray((np.clip(scene, 0, 1) * 255).round().astype(np.uint8)))
+            rects.append([dlib.rectangle(x0, y0, x0 + w - 1, y0 + h - 1)])
+        used = {(g * 97 + i) % len(negatives) for i in range(len(members))}
+        others = [n for j, n in enumerate(negs) if j not in used]
+        images += others
+        rects += [[] for _ in others]
         options = dlib.simple_object_detector_training_options()
         options.add_left_right_image_flips = True
         options.C = c
@@ -171,6 +182,7 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None, help="score this saved model instead of training")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-dlib", action="store_true")
+    ap.add_argument("--no-forest", action="store_true", help="score dlib only")
     args = ap.parse_args()
 
     crops = open_crop_folder(args.data / "train")
@@ -185,7 +197,9 @@ def main() -> None:
 
     models: dict[str, object] = {}
     fits: dict[str, tuple[float, int]] = {}
-    if args.model is not None:
+    if args.no_forest:
+        pass
+    elif args.model is not None:
         models["saved"] = HoughForestDetector.load(args.model)
     else:
         for seed in [int(s) for s in args.seeds.split(",")]:
