@@ -51,7 +51,8 @@ class Detection:
     score : vote mass at the Hough maximum (expected number of object patches voting for this centre)
     scale : factor the image was resized by when the object was found (its size / the learnt object size)
     viewpoint : (azimuth_deg, spread_deg) when the model knows viewpoints: the mode of the azimuths of the votes
-        for this centre, and their root-mean-square distance from it; else None
+        for this centre, and their root-mean-square distance from it above the distribution's floor
+        (`imageforest.voting.hough.viewpoint_of`); else None
     """
 
     box_xyxy: list[float]
@@ -183,11 +184,11 @@ class HoughForestDetector(BaseForest):
         Scales searched per image, spanning the object sizes (relative to the image) seen in training.
     smoothing : float
         Standard deviation of the Gaussian that smooths each Hough image, in pixels at the learnt object size.
-    nms_iou : float
-        Boxes overlapping a stronger one by more than this IoU are dropped.
     vote_stride : int
         Only every `vote_stride`-th pixel along each axis votes (with that many squared times the weight): the
         Hough image is smoothed over several pixels anyway, and voting is most of detection's time.
+    nms_iou : float
+        Boxes overlapping a stronger one by more than this IoU are dropped.
     nms_inside : float
         So are boxes lying inside a stronger one by more than this share of their area: at a larger scale a part
         of an object (a horse's head and neck) can look like a whole one (1.0 keeps them).
