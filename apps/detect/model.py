@@ -538,7 +538,7 @@ class HoughForestDetector(BaseForest):
         if factors.ndim != 1 or factors.size == 0 or not np.all((factors > 0) & np.isfinite(factors)):
             raise InvalidInputError("scales must be positive numbers")
         t0 = time.perf_counter()
-        boxes, scores, found_at, houghs, views = [], [], [], [], []
+        boxes, scores, found_at, houghs, casts = [], [], [], [], []
         radius = max(1, round(0.15 * self.object_size))
         # One low-pass resize to the largest scale searched, the others from it: a large photograph is filtered
         # once rather than once per scale (same pixels up to the filter's tail).
@@ -550,14 +550,7 @@ class HoughForestDetector(BaseForest):
                 continue
             acc, cast = self._vote(base, float(s) / top)
             peaks = hough_peaks(acc[0], radius, 0.0, PEAKS_PER_SCALE)
-            if self.knows_viewpoints:  # the azimuths of the votes that made each maximum
-                leaves, yy, xx, weight = cast
-                with numba_threads(self.n_jobs):
-                    hists = peak_viewpoints(leaves, yy, xx, self.vote_start_, self.votes_, weight, acc.shape[1:],
-                                            peaks, radius)
-                views.extend(viewpoint_of(hist) for hist in hists)
-            else:
-                views.extend([None] * len(peaks))
+            casts.append((cast, acc.shape[1:], peaks, len(boxes)))
             for py, px in peaks:
                 mass = acc[0, py, px]
                 bw, bh = acc[1, py, px] / mass, acc[2, py, px] / mass
@@ -568,16 +561,33 @@ class HoughForestDetector(BaseForest):
             if keep_hough:
                 houghs.append(_to_shape(acc[0], rgb.shape[:2]))
         t1 = time.perf_counter()
-        dets: list[Detection] = []
+        chosen: list[int] = []
         if boxes:
             b = np.asarray(boxes)
             h, w = rgb.shape[:2]
             b[:, [0, 2]] = np.clip(b[:, [0, 2]], 0, w)
             b[:, [1, 3]] = np.clip(b[:, [1, 3]], 0, h)
             keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou, self.nms_inside)
-            dets = [Detection(b[i].tolist(), scores[i], found_at[i], views[i]) for i in keep if scores[i] >= thr]
-        return DetectionResult(dets[:MAX_DETECTIONS], houghs if keep_hough else None, [float(s) for s in factors],
-                               {"vote": t1 - t0, "suppress": time.perf_counter() - t1})
+            chosen = [int(i) for i in keep if scores[i] >= thr][:MAX_DETECTIONS]
+        t2 = time.perf_counter()
+        views = self._viewpoints(casts, set(chosen), radius) if self.knows_viewpoints else {}
+        dets = [Detection(b[i].tolist(), scores[i], found_at[i], views.get(i)) for i in chosen]
+        return DetectionResult(dets, houghs if keep_hough else None, [float(s) for s in factors],
+                               {"vote": (t1 - t0) + (time.perf_counter() - t2), "suppress": t2 - t1})
+
+    def _viewpoints(self, casts: list, chosen: set[int], radius: int) -> dict[int, tuple[float, float]]:
+        """(azimuth, spread) of each chosen maximum, from the votes cast again at its scale only: a scale none of
+        whose maxima is reported is not cast again. Every maximum of a scale still claims its cells, so that a
+        reported one's histogram does not depend on which of its neighbours were suppressed."""
+        views = {}
+        for (leaves, yy, xx, weight), shape, peaks, first in casts:
+            wanted = [i for i in range(first, first + len(peaks)) if i in chosen]
+            if not wanted:
+                continue
+            with numba_threads(self.n_jobs):
+                hists = peak_viewpoints(leaves, yy, xx, self.vote_start_, self.votes_, weight, shape, peaks, radius)
+            views.update({i: viewpoint_of(hists[i - first]) for i in wanted})
+        return views
 
     # -- model files ---------------------------------------------------------------------------------------
     def leaf_arrays(self) -> dict[str, np.ndarray]:
