@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from imageforest.apps.detect import app
 from imageforest.apps.detect.datasets import read_rgb
 from imageforest.apps.detect.model import DetectionResult, HoughForestDetector
 from imageforest.apps.detect.report import detections_document
 from imageforest.forest.serialization import model_file
 
-MODELS = Path(__file__).parent / "models"
-SHIPPED = {"horses": MODELS / "horses.npz", "cars": MODELS / "cars.npz"}
+SHIPPED = app.models  # name -> file, as the application declares them
 DEFAULT_MODEL = SHIPPED["horses"]
 
 
