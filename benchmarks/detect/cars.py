@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._measure import measure, mib
-from benchmarks.detect.common import Scorer, dlib_available
+from benchmarks.detect.common import Scorer, dlib_available, dlib_options
 from imageforest.apps.detect.datasets import list_images, open_box_folder, open_crop_folder, read_rgb
 from imageforest.apps.detect.model import HoughForestDetector
 from imageforest.apps.detect.recipe import CROPS_RECIPE
@@ -108,13 +108,7 @@ def train_dlib_groups(crops: list[np.ndarray], azimuth: np.ndarray, negatives: l
         others = [n for j, n in enumerate(negs) if j not in used]
         images += others
         rects += [[] for _ in others]
-        options = dlib.simple_object_detector_training_options()
-        options.add_left_right_image_flips = True
-        options.C = c
-        options.num_threads = 2
-        options.be_verbose = False
-        options.detection_window_size = area
-        detector = dlib.train_simple_object_detector(images, rects, options)
+        detector = dlib.train_simple_object_detector(images, rects, dlib_options(area, c))
         out.append((detector, circular_mean(azimuth[members])))
     return out
 

@@ -139,6 +139,20 @@ def dlib_available() -> bool:
     return True
 
 
+def dlib_options(window: int, c: float):
+    """dlib's training options as the benchmarks use them: left-right flips, both cores, a window of `window`
+    pixels' area, SVM constant C = `c`."""
+    import dlib
+
+    options = dlib.simple_object_detector_training_options()
+    options.add_left_right_image_flips = True
+    options.C = c
+    options.num_threads = 2
+    options.be_verbose = False
+    options.detection_window_size = window
+    return options
+
+
 def train_dlib(train: list[Sample], negatives: list[Sample], window: int = 80 * 80, c: float = 5.0):
     """dlib's HOG + structural SVM `simple_object_detector` on the same training images (and background images
     without boxes), with left-right flips, as dlib's own example trains it."""
@@ -147,13 +161,7 @@ def train_dlib(train: list[Sample], negatives: list[Sample], window: int = 80 * 
     images = [np.ascontiguousarray((s.rgb * 255).round().astype(np.uint8)) for s in [*train, *negatives]]
     rects = [[dlib.rectangle(round(b[0]), round(b[1]), round(b[2]) - 1, round(b[3]) - 1)
               for b in s.boxes] for s in [*train, *negatives]]
-    options = dlib.simple_object_detector_training_options()
-    options.add_left_right_image_flips = True
-    options.C = c
-    options.num_threads = 2
-    options.be_verbose = False
-    options.detection_window_size = window
-    return dlib.train_simple_object_detector(images, rects, options)
+    return dlib.train_simple_object_detector(images, rects, dlib_options(window, c))
 
 
 def run_dlib(detector, rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
