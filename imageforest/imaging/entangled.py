@@ -15,6 +15,12 @@ or final, keeps its class histogram (`leaf_posterior_`).
 
 Context channels: one per class but the first (the background class, label 0, in a segmentation), whose posterior
 is one minus the others'. Outside an image's region the maps are 0, at training and prediction alike.
+
+With `prior_maps`, the context channels hold prior maps the caller gives (one per class but the first, for
+example an atlas's share of each organ at each voxel) before the first stage, so that the first stage's tests may
+read them too; after each stage the forest's posteriors replace them, as without priors. This is auto-context's
+usual start (Tu & Bai, "Auto-context and its application to high-level vision tasks and 3D brain image
+segmentation", 2010): the belief before the image is seen, which each stage refines.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 
 from imageforest.estimators.base import numba_threads
 from imageforest.estimators.classification import ClassificationForest
-from imageforest.estimators.params import GROWTH, Anything, ClassWeight, Options, Real, Rule, check_params
+from imageforest.estimators.params import GROWTH, Anything, Boolean, ClassWeight, Options, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.leaf_models import class_histograms, tree_average
 from imageforest.forest.storage import ForestArrays
@@ -154,6 +160,9 @@ class EntangledForest(ClassificationForest):
         Share of candidates reading one box's mean rather than a difference of two boxes.
     local_share : float
         Share of candidates whose first box lies within a fifth of `max_offset_mm` of the voxel.
+    prior_maps : bool
+        The caller gives each image's prior maps (`priors=` to `fit`, `prior=` to prediction): one float map per
+        class but the first, which the first stage's context tests read (`context_share` of its candidates).
     class_weight, n_thresholds, criterion, bootstrap, max_samples, min_samples_split, min_samples_leaf,
     min_gain, random_state, n_jobs
         As for `ClassificationForest`.
@@ -173,13 +182,13 @@ class EntangledForest(ClassificationForest):
         "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "entangled_depths": Anything(), "max_offset_mm": Anything(), "box_size_mm": Anything(),
         "context_share": Real(0.0, 1.0), "mean_share": Real(0.0, 1.0),
-        "local_share": Real(0.0, 1.0)}
+        "local_share": Real(0.0, 1.0), "prior_maps": Boolean()}
 
     def __init__(self, n_trees: int = 8, *, max_depth: int = 16, entangled_depths=(8, 12), n_candidates: int = 100,
                  n_thresholds: int | None = 16, criterion: str = "entropy", class_weight="balanced",
                  bootstrap: bool = False, max_samples=None, min_samples_split: int = 2, min_samples_leaf: int = 8,
                  min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0), context_share: float = 0.5,
-                 mean_share: float = 0.5, local_share: float = 0.0, random_state=None,
+                 mean_share: float = 0.5, local_share: float = 0.0, prior_maps: bool = False, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
@@ -198,6 +207,7 @@ class EntangledForest(ClassificationForest):
         self.context_share = context_share
         self.mean_share = mean_share
         self.local_share = local_share
+        self.prior_maps = prior_maps
         self.random_state = random_state
         self.n_jobs = n_jobs
 
@@ -269,15 +279,34 @@ class EntangledForest(ClassificationForest):
             out.append(mask)
         return out
 
-    def _stack(self, images, n_context: int) -> ImageStack:
-        """The images' integral tables plus `n_context` posterior channels (zero until a stage fills them)."""
+    def _stack(self, images, n_context: int, priors=None) -> ImageStack:
+        """The images' integral tables plus `n_context` context channels: the images' prior maps when `priors`
+        (one (n_context, z, y, x) array per image, read in turn), else zero until a stage fills them."""
+        images = self._images(images)
+        if priors is not None and len(priors) != len(images):
+            raise InvalidInputError(f"give one prior per image ({len(images)}), got {len(priors)}")
+        given = None if priors is None else iter(range(len(images)))  # ImageStack reads the images in order
+
         def channels(im):
             arr = im.array if isinstance(im, Image) else np.asarray(im)
-            return [arr] + [np.zeros(arr.shape, dtype=np.float32)] * n_context
-        return ImageStack.from_images(self._images(images), integral=True, channels=channels)
+            if given is None:
+                return [arr] + [np.zeros(arr.shape, dtype=np.float32)] * n_context
+            k = next(given)
+            prior = np.asarray(priors[k], dtype=np.float32)
+            if prior.shape != (n_context, *arr.shape[-3:]) and prior.shape != (n_context, *arr.shape):
+                raise InvalidInputError(f"prior {k} must be ({n_context}, *image shape) float, got {prior.shape}")
+            if not np.all(np.isfinite(prior)):
+                raise InvalidInputError(f"prior {k} holds NaN or infinite values")
+            return [arr, *prior.reshape((n_context, *arr.shape))]
+        return ImageStack.from_images(images, integral=True, channels=channels)
+
+    def _check_priors(self, given: bool) -> None:
+        if bool(self.prior_maps) != given:
+            raise InvalidInputError("this forest reads prior maps: give one per image (priors= / prior=)"
+                                    if self.prior_maps else "this forest takes no prior maps (prior_maps=False)")
 
     # -- growth -------------------------------------------------------------------------------------------
-    def fit(self, images, points, labels, regions=None, sample_weight=None) -> EntangledForest:
+    def fit(self, images, points, labels, regions=None, sample_weight=None, priors=None) -> EntangledForest:
         """Grow the forest stage by stage on labelled voxels of images.
 
         Parameters
@@ -287,14 +316,18 @@ class EntangledForest(ClassificationForest):
         labels : (n,) class labels; the first class (in sorted order) is the background, left out of the maps
         regions : one boolean mask per image (or None: the whole image) where posterior maps are computed
         sample_weight : (n,) or None
+        priors : one (n_classes - 1, z, y, x) float array per image (a sequence read once, in order), with
+            `prior_maps` only: the maps the first stage's context tests read
         """
         bounds = self.stage_bounds()
+        check_params(self)
+        self._check_priors(priors is not None)
         n_points = len(points) if hasattr(points, "__len__") else 0
         sw = check_sample_weight(sample_weight, n_points)
         objective, sw = self._label_objective(labels, n_points, sw)
         n_context = self.classes_.size - 1
         family = self._family(n_context)
-        stack = self._stack(images, n_context)
+        stack = self._stack(images, n_context, priors)
         pts = check_points(points, stack)
         masks = self._regions(regions, stack)
         if not np.all([masks[i][tuple(pts[pts[:, 0] == i, 1:].T)].all() for i in np.unique(pts[:, 0])]):
@@ -311,7 +344,7 @@ class EntangledForest(ClassificationForest):
                 if k:
                     settings.samples = _leaf_samples(grown)
                     settings.n_trees = settings.samples[2].size - 1
-                    family.context_open = True
+                family.context_open = bool(k) or bool(self.prior_maps)
                 if self.progress is not None:
                     self.progress(f"stage {k + 1} of {len(bounds) - 1}: depths {lo}-{hi}")
                 grown = grow_forest(family, (stack, pts), n_points, objective, sw, settings, rng)
@@ -376,28 +409,29 @@ class EntangledForest(ClassificationForest):
                 start = roots[self.stage_trees_[k + 1] + (leaves - self.stage_leaves_[k])].astype(np.int32)
         return zyx, leaves
 
-    def _image_leaves(self, image, region) -> tuple[np.ndarray, np.ndarray, Image | None]:
+    def _image_leaves(self, image, region, prior=None) -> tuple[np.ndarray, np.ndarray]:
         """(voxels (m, 3) z, y, x, final leaves (m, T)) of one image's region (default: every voxel)."""
         self.check_fitted()
+        self._check_priors(prior is not None)
         n_context = self.classes_.size - 1
-        stack = self._stack([image], n_context)
+        stack = self._stack([image], n_context, None if prior is None else [prior])
         mask = self._regions([region], stack)[0]
         with numba_threads(self.n_jobs):
             return self._descend_image(stack.table, stack.base[0], stack.shape[0], stack.spacing[0], mask)
 
-    def apply(self, images, points, regions=None) -> np.ndarray:  # type: ignore[override]
+    def apply(self, images, points, regions=None, priors=None) -> np.ndarray:  # type: ignore[override]
         """Final leaf ids (n_points, T) of the given points (each inside its image's region)."""
-        return self._at_points(images, points, regions, lambda leaves: leaves)
+        return self._at_points(images, points, regions, priors, lambda leaves: leaves)
 
-    def predict_proba(self, images, points, regions=None) -> np.ndarray:  # type: ignore[override]
+    def predict_proba(self, images, points, regions=None, priors=None) -> np.ndarray:  # type: ignore[override]
         """Posterior p(c | voxel), (n_points, n_classes): the maps are computed over each image's region (default:
-        the whole image), which must hold the points."""
-        return self._at_points(images, points, regions, self.posterior_from_leaves)
+        the whole image), which must hold the points; `priors` as for `fit`."""
+        return self._at_points(images, points, regions, priors, self.posterior_from_leaves)
 
-    def predict(self, images, points, regions=None) -> np.ndarray:  # type: ignore[override]
-        return self.classes_[np.argmax(self.predict_proba(images, points, regions), axis=1)]
+    def predict(self, images, points, regions=None, priors=None) -> np.ndarray:  # type: ignore[override]
+        return self.classes_[np.argmax(self.predict_proba(images, points, regions, priors), axis=1)]
 
-    def _at_points(self, images, points, regions, read) -> np.ndarray:
+    def _at_points(self, images, points, regions, priors, read) -> np.ndarray:
         self.check_fitted()
         images = self._images(images)
         stack = self._stack(images, 0)
@@ -405,9 +439,12 @@ class EntangledForest(ClassificationForest):
         regions = [None] * len(images) if regions is None else list(regions)
         if len(regions) != len(images):
             raise InvalidInputError(f"give one region per image ({len(images)}), got {len(regions)}")
+        self._check_priors(priors is not None)
+        if priors is not None and len(priors) != len(images):
+            raise InvalidInputError(f"give one prior per image ({len(images)}), got {len(priors)}")
         out = None
         for i in np.unique(pts[:, 0]):
-            zyx, leaves = self._image_leaves(images[i], regions[i])
+            zyx, leaves = self._image_leaves(images[i], regions[i], None if priors is None else priors[i])
             values = read(leaves)
             if out is None:
                 out = np.zeros((pts.shape[0], values.shape[1]), dtype=values.dtype)
@@ -421,12 +458,13 @@ class EntangledForest(ClassificationForest):
             out[sel] = values[rows]
         return out
 
-    def predict_proba_image(self, image, region=None) -> Image:
+    def predict_proba_image(self, image, region=None, prior=None) -> Image:
         """Posterior of every voxel of the region (others get 0) as an image with the input's geometry: array
-        (z, y, x, n_classes) (or (y, x, n_classes)), float32."""
+        (z, y, x, n_classes) (or (y, x, n_classes)), float32. `prior`: the image's (n_classes - 1, z, y, x) prior
+        maps, with `prior_maps` only."""
         img = image if isinstance(image, Image) else Image(np.asarray(image), np.ones(np.ndim(image)),
                                                           np.zeros(np.ndim(image)), np.eye(np.ndim(image)))
-        zyx, leaves = self._image_leaves(img, region)
+        zyx, leaves = self._image_leaves(img, region, prior)
         shape = img.array.shape[:img.ndim]
         out = np.zeros((*((1,) if len(shape) == 2 else ()), *shape, self.classes_.size), dtype=np.float32)
         out[tuple(zyx.T)] = self.posterior_from_leaves(leaves)
