@@ -196,19 +196,33 @@ def table(document: dict) -> str:
 @click.option("--cases", "n_cases", type=int, default=None, help="Train on the first N cases (by name).")
 @click.option("--trees", type=int, default=RECIPE["n_trees"], show_default=True, help="Trees T.")
 @click.option("--depth", type=int, default=RECIPE["max_depth"], show_default=True, help="Maximum depth D.")
+@click.option("--entangled-depths", "entangled", default=None, metavar="D1,D2,...",
+              help="Depths after which the posteriors become features (default: the recipe's, none; 'none').")
+@click.option("--prior-maps/--no-prior-maps", default=RECIPE["prior_maps"], show_default=True,
+              help="The box atlas is the first stage's context (its tests may read it).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (fixes the model bytes).")
 @click.option("--name", default="custom", show_default=True, help="Model name recorded in its model card.")
 def train_contour(data_dir: Path, out: Path, organs: str | None, n_cases: int | None, trees: int, depth: int,
-                  seed: int, name: str) -> None:
+                  entangled: str | None, prior_maps: bool, seed: int, name: str) -> None:
     """Train a contour model on DATA_DIR: `<case>_ct.nii.gz` scans with `<case>_organs.nii.gz` label maps
     (label k = the k-th organ; openkbp-hn layout). Settings the flags do not name are the default model's
-    (`apps/contour/recipe.py`); entangled depths beyond --depth are dropped."""
+    (`apps/contour/recipe.py`); the recipe's entangled depths beyond --depth are dropped."""
     check_destination(out, set(), "--out", devices=False)
+    if entangled is None:
+        depths = tuple(d for d in RECIPE["entangled_depths"] if d < depth)
+    elif entangled.strip().lower() == "none":
+        depths = ()
+    else:
+        try:
+            depths = tuple(int(v) for v in entangled.split(","))
+        except ValueError:
+            raise _fail(f"--entangled-depths: give increasing integers such as 8,12 or 'none', got {entangled!r}"
+                        ) from None
     try:
         from imageforest.apps.contour.training import train_from_folder
 
-        depths = tuple(d for d in RECIPE["entangled_depths"] if d < depth)
-        params = {"n_trees": trees, "max_depth": depth, "entangled_depths": depths, "random_state": seed}
+        params = {"n_trees": trees, "max_depth": depth, "entangled_depths": depths, "prior_maps": prior_maps,
+                  "random_state": seed}
         model = train_from_folder(data_dir, split_names(organs), name=name, n_cases=n_cases,
                                   progress=lambda msg: click.echo(msg, err=True), **params)
         model.save(out)

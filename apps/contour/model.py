@@ -150,6 +150,10 @@ class OrganContourer(EntangledForest):
     posterior_smoothing_mm : float
         Width (sigma, mm) of a Gaussian that smooths the forest's posterior maps before the labels are chosen; 0
         leaves them as they are. Neighbouring voxels' votes then count, which removes speckle at organ borders.
+    prior_maps : bool
+        The box atlas read relative to each organ's box is also the forest's first context: the first stage's
+        context tests read it as later stages read the posteriors (counted before the forest grows, from the
+        same training scans).
     other parameters
         As for `EntangledForest`.
     """
@@ -165,19 +169,19 @@ class OrganContourer(EntangledForest):
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 posterior_smoothing_mm: float = 2.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(8, 12),
+                 posterior_smoothing_mm: float = 2.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
-                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5,
+                 prior_maps: bool = True, random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(n_trees, max_depth=max_depth, entangled_depths=entangled_depths,
                          n_candidates=n_candidates, n_thresholds=n_thresholds, criterion=criterion,
                          class_weight=class_weight, bootstrap=bootstrap, max_samples=max_samples,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, min_gain=min_gain,
                          max_offset_mm=max_offset_mm, box_size_mm=box_size_mm, context_share=context_share,
-                         mean_share=mean_share, local_share=local_share, random_state=random_state,
-                         n_jobs=n_jobs)
+                         mean_share=mean_share, local_share=local_share, prior_maps=prior_maps,
+                         random_state=random_state, n_jobs=n_jobs)
         self.organs = organs
         self.margin_mm = margin_mm
         self.crop_mm = crop_mm
@@ -195,6 +199,7 @@ class OrganContourer(EntangledForest):
         hyper = dict(hyper)
         hyper["organs"] = tuple(hyper.get("organs", ()))
         hyper.setdefault("posterior_smoothing_mm", 0.0)  # saved before the setting existed: predict as they did
+        hyper.setdefault("prior_maps", False)
         for key in ("background_scale", "prior_weight"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
@@ -270,14 +275,15 @@ class OrganContourer(EntangledForest):
                   ) -> OrganContourer:
         """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm,
         and count the box atlas."""
-        crops, masks, points, labels, atlas = self._training_regions(scans, label_maps, boxes, keep=True)
+        crops, masks, points, labels, jittered, atlas = self._training_regions(scans, label_maps, boxes, keep=True)
         if not crops:
             raise InvalidInputError("no training scan shows any of the organs")
         labels = np.concatenate(labels)
         missing = set(range(len(self.organs) + 1)) - set(np.unique(labels).tolist())
         if missing:
             raise InvalidInputError(f"no training voxel of {', '.join(self._name(c) for c in sorted(missing))}")
-        self.fit(crops, np.concatenate(points), labels, regions=masks)
+        priors = _AtlasPriors(self, crops, jittered) if self.prior_maps else None
+        self.fit(crops, np.concatenate(points), labels, regions=masks, priors=priors)
         self.box_atlas_ = atlas
         spacing = np.median([np.asarray(s.spacing, dtype=np.float64) for s in scans], axis=0)
         self.training_summary_ = {**getattr(self, "training_summary_", {}), "scans": len(crops),
@@ -292,14 +298,14 @@ class OrganContourer(EntangledForest):
         return self
 
     def _training_regions(self, scans, label_maps, boxes, keep: bool) -> tuple:
-        """Every scan's training region (crops, region masks, points (image, z, y, x), labels; kept only with
-        `keep`), and the box atlas, which is also set as `box_atlas_`."""
+        """Every scan's training region (crops, region masks, points (image, z, y, x), labels, jittered boxes;
+        kept only with `keep`), and the box atlas, which is also set as `box_atlas_`."""
         check_params(self)  # the region's settings are read before `fit` checks the forest's
         self.stage_bounds()
         if not self.organs:
             raise InvalidInputError("give the organ names (organs=...) before training")
         rng = np.random.default_rng(self.random_state)
-        crops, masks, points, labels = [], [], [], []
+        crops, masks, points, labels, moved = [], [], [], [], []
         bins = int(self.atlas_bins)
         hits = np.zeros((len(self.organs), bins, bins, bins))
         seen = np.zeros_like(hits)
@@ -314,12 +320,13 @@ class OrganContourer(EntangledForest):
                 labels.append(values)
                 crops.append(crop)
                 masks.append(mask)
+                moved.append(jittered)
         # Counts smoothed over neighbouring bins: an organ a few voxels across samples its box coordinates
         # coarser than the bins, which would leave bins between the voxels' positions empty
         hits = ndimage.gaussian_filter(hits, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
         seen = ndimage.gaussian_filter(seen, (0, ATLAS_SMOOTHING, ATLAS_SMOOTHING, ATLAS_SMOOTHING))
         self.box_atlas_ = np.clip(hits / np.maximum(seen, 1e-3), 0.0, 1.0).astype(np.float32)
-        return crops, masks, points, labels, self.box_atlas_
+        return crops, masks, points, labels, moved, self.box_atlas_
 
     def _count_atlas(self, crop: Image, labels: np.ndarray, boxes: np.ndarray, hits: np.ndarray,
                      seen: np.ndarray) -> None:
@@ -396,7 +403,8 @@ class OrganContourer(EntangledForest):
         bounds = crop_bounds(scan, region, self.crop_mm)
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
-        forest_post = np.moveaxis(self.predict_proba_image(crop, mask).array, -1, 0)  # (K, z, y, x)
+        prior = self.box_prior(crop, boxes) if self.prior_maps else None
+        forest_post = np.moveaxis(self.predict_proba_image(crop, mask, prior).array, -1, 0)  # (K, z, y, x)
         if float(self.posterior_smoothing_mm) > 0:
             sigma = float(self.posterior_smoothing_mm) / crop.spacing[::-1]
             forest_post = smooth_posteriors(forest_post, mask, sigma)
@@ -410,6 +418,20 @@ class OrganContourer(EntangledForest):
         means = np.array([share[k][crop_labels == k + 1].mean() if np.any(crop_labels == k + 1) else np.nan
                           for k in range(len(self.organs))])
         return Contours(out, full, region, present, means)
+
+
+class _AtlasPriors:
+    """The box atlas read in each training crop relative to its jittered boxes, computed when the forest's image
+    stack asks for it (all at once would hold 28 bytes per crop voxel for 7 organs)."""
+
+    def __init__(self, model: OrganContourer, crops: list[Image], boxes: list[np.ndarray]) -> None:
+        self.model, self.crops, self.boxes = model, crops, boxes
+
+    def __len__(self) -> int:
+        return len(self.crops)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return self.model.box_prior(self.crops[k], self.boxes[k])
 
 
 def smooth_posteriors(post: np.ndarray, mask: np.ndarray, sigma_voxels: np.ndarray) -> np.ndarray:

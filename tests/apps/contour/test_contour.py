@@ -16,9 +16,10 @@ from imageforest.imaging.ct_organs import OrganSlices
 from imageforest.imaging.io import read_image, write_image
 
 SIZE, SPACING = (64, 64, 56), (7.8, 7.8, 5.0)
+# The box atlas of 2-voxel-wide phantom organs is too coarse to weigh or to read as context (tested apart)
 SMALL = {"n_trees": 3, "max_depth": 10, "entangled_depths": (6,), "n_candidates": 30, "organ_points": 150,
          "background_points": 1500, "min_samples_leaf": 4, "background_scale": 1.0, "prior_weight": 0.0,
-         "random_state": 0}  # the box atlas of 2-voxel-wide phantom organs is too coarse to weigh (tested apart)
+         "prior_maps": False, "random_state": 0}
 
 
 def _case(seed):
@@ -209,9 +210,19 @@ def test_train_contour_command(tmp_path: Path):
             "--depth", 6)
     assert r.exit_code == 0, r.output
     model = OrganContourer.load(tmp_path / "m.npz")
-    assert model.entangled_depths == () and model.model_card_["cases"] == ["ph0", "ph1"]
+    assert model.entangled_depths == () and model.model_card_["cases"] == ["ph0", "ph1"] and model.prior_maps
     line = one_line_error(run("train-contour", data, "-o", tmp_path / "m2.npz"))
     assert "--organs" in line
+    r = run("train-contour", data, "-o", tmp_path / "m3.npz", "--organs", ",".join(ORGANS), "--trees", 2,
+            "--depth", 6, "--entangled-depths", "3", "--no-prior-maps")
+    assert r.exit_code == 0, r.output
+    model = OrganContourer.load(tmp_path / "m3.npz")
+    assert model.entangled_depths == (3,) and not model.prior_maps
+    for bad, message in (("3,x", "--entangled-depths"), ("4,3", "entangled_depths")):
+        line = one_line_error(run("train-contour", data, "-o", tmp_path / "m4.npz", "--organs", ",".join(ORGANS),
+                                  "--depth", 6, "--entangled-depths", bad))
+        assert message in line
+    assert not (tmp_path / "m4.npz").exists()
 
 
 def test_batch_in_process_reports_every_scan_and_resumes(trained, tmp_path: Path):
@@ -351,6 +362,9 @@ def test_models_saved_before_posterior_smoothing_predict_as_they_did():
     assert OrganContourer.from_hyper_parameters({"organs": ["A"], "posterior_smoothing_mm": 2.0},
                                                 {}).posterior_smoothing_mm == 2.0
     assert OrganContourer(organs=("A",)).posterior_smoothing_mm == 2.0  # the recipe's, for new models
+    # files from before the atlas was a context read no prior maps; new models do
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).prior_maps is False
+    assert OrganContourer(organs=("A",)).prior_maps is True
 
 
 def test_posterior_smoothing_keeps_a_region_uniform_map_and_its_edges():
@@ -369,3 +383,20 @@ def test_posterior_smoothing_keeps_a_region_uniform_map_and_its_edges():
     spike[1, 3, 4, 3] = 5.0
     smoothed = smooth_posteriors(spike, mask, np.array([1.0, 1.0, 1.0]))
     assert smoothed[1, 3, 4, 3] < 2.0 and smoothed[1, 3, 4, 4] > 0.75  # a spike spreads to its neighbours
+
+
+def test_box_atlas_as_the_first_context(trained, tmp_path):
+    """With `prior_maps`, the first stage's context tests read the box atlas in each organ's box, at training (the
+    jittered boxes) and at contouring (the given ones); the model file keeps the setting."""
+    _, _, cases = trained
+    model = OrganContourer(ORGANS, **{**SMALL, "prior_maps": True}).fit_scans(
+        [c[0] for c in cases[:4]], [np.asarray(c[1].array) for c in cases[:4]], [c[2] for c in cases[:4]])
+    assert model.context_use()[0, 1:].sum() > 0
+    ct, lab, boxes = cases[4]
+    labels = model.contour(ct, boxes).labels.array
+    truth = np.asarray(lab.array)
+    scores = [_dice(labels == k + 1, truth == k + 1) for k in range(len(ORGANS))]
+    assert np.mean(scores) > 0.35, scores
+    model.save(tmp_path / "priors.npz")
+    loaded = OrganContourer.load(tmp_path / "priors.npz")
+    assert loaded.prior_maps and np.array_equal(loaded.contour(ct, boxes).labels.array, labels)
