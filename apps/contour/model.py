@@ -365,14 +365,15 @@ class OrganContourer(EntangledForest):
         return out
 
     def _labels(self, forest_post: np.ndarray, scan: Image, crop: Image, bounds: np.ndarray, boxes: np.ndarray,
-                mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                mask: np.ndarray, prior: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Labels of the crop (z, y, x) uint8 and the weighed posteriors (K, z, y, x) from the forest's: each organ
-        inside its widened box, times the box atlas, divided by its background scale; arg-max, then each organ's
-        largest component."""
+        inside its widened box, times the box atlas (`prior`, when the caller has read it already), divided by its
+        background scale; arg-max, then each organ's largest component."""
         post = forest_post.copy()
         post[1:] *= organ_masks(scan, bounds, boxes, self.margin_mm)
         weight = self._per_organ(self.prior_weight, "prior_weight")
-        prior = self.box_prior(crop, boxes) if np.any(weight > 0) else None
+        if prior is None and np.any(weight > 0):
+            prior = self.box_prior(crop, boxes)
         if prior is not None:
             post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
         post[1:] /= self._per_organ(self.background_scale, "background_scale")[:, None, None, None]
@@ -408,7 +409,7 @@ class OrganContourer(EntangledForest):
         if float(self.posterior_smoothing_mm) > 0:
             sigma = float(self.posterior_smoothing_mm) / crop.spacing[::-1]
             forest_post = smooth_posteriors(forest_post, mask, sigma)
-        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask)
+        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask, prior)
         x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
