@@ -24,6 +24,10 @@ over a voxel, is one more term of the pooling, p proportional to p_init^b p^(1 -
 override it where they disagree; the background strokes' number stands for the init's 0 and for every organ not
 scribbled, whose voxels keep their init label. The labels are then in the init's numbering (0 = background).
 `model` grows an inductive forest on the scribbles plus the confidently transduced pixels, for other images.
+
+Locking a class (`lock`): its pixels in the last result stay exactly as they are through later updates, and no
+other pixel joins it; strokes of other classes inside it and its own strokes outside it are ignored until it is
+unlocked.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class SegmentationSession:
         self.init_weight = INIT_WEIGHT
         self.background: int | None = None
         self.result: Segmentation | None = None
+        self.locked: dict[int, np.ndarray] = {}  # class number -> its frozen pixels (raveled bool)
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
 
@@ -141,6 +146,24 @@ class SegmentationSession:
             raise InvalidInputError(f"the background's scribble number {background} is an organ of the init")
         self.init, self.background, self.init_weight = init, None if background is None else int(background), weight
 
+    def lock(self, label: int) -> None:
+        """Freeze class `label` as the last result has it: later updates keep exactly these pixels in it."""
+        if self.result is None:
+            raise InvalidInputError("nothing to lock before the first update")
+        if not isinstance(label, (int, np.integer)) or label < 1:
+            raise InvalidInputError(f"lock a class number >= 1, got {label!r}")
+        pixels = (self.result.labels == label).ravel()
+        if not pixels.any():
+            raise InvalidInputError(f"class {label} has no pixels in the current segmentation")
+        self.locked[int(label)] = pixels
+
+    def unlock(self, label: int | None = None) -> None:
+        """Let class `label` (None: every class) change again."""
+        if label is None:
+            self.locked.clear()
+        else:
+            self.locked.pop(int(label), None)
+
     # -- segmentation -------------------------------------------------------------------------------------
     def update(self) -> Segmentation:
         """Segment with the current scribbles (see the module docstring); the result is also `self.result`."""
@@ -181,6 +204,8 @@ class SegmentationSession:
             background = self._init_background(classes)
             pooled, untouched = self._pool_init(pooled, classes, background)
             fixed[untouched & (fixed < 0)] = int(np.searchsorted(classes, background))
+        if self.locked:
+            pooled = self._apply_locks(pooled, classes, fixed)
         t2 = time.perf_counter()
         timing["geodesic"] = t2 - t1
         yield "geodesic"
@@ -198,11 +223,39 @@ class SegmentationSession:
             labels = np.where(labels == background, 0, labels)
             keep = untouched & (flat == 0)
             labels[keep] = init[keep]
+        for label, pixels in self.locked.items():  # a locked class not scribbled this time keeps its pixels too
+            labels[pixels] = label
         numbers = classes if self.init is None else np.r_[classes, self.init.max()]
+        if self.locked:
+            numbers = np.r_[numbers, max(self.locked)]
         self.result = Segmentation(labels.reshape(shape).astype(label_dtype(numbers)),
                                    pooled.astype(np.float32).reshape(*shape, classes.size),
                                    entropy(pooled).reshape(shape), classes, timing)
         return self.result
+
+    def _apply_locks(self, pooled: np.ndarray, classes: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+        """The pooled posterior (n, C) with every locked class certain on its frozen pixels and impossible
+        elsewhere; `fixed` (n,) (the cut's clamped classes, -1 free) is changed to match."""
+        pooled = np.array(pooled, dtype=np.float32, copy=True)
+        for label, pixels in self.locked.items():
+            k = int(np.searchsorted(classes, label))
+            if k < classes.size and classes[k] == label:
+                fixed[(fixed == k) & ~pixels] = -1  # its strokes outside the frozen pixels wait for an unlock
+                pooled[~pixels, k] = 0.0
+                pooled[pixels] = 0.0
+                pooled[pixels, k] = 1.0
+                fixed[pixels] = k
+            else:  # not scribbled this time: the others may not take its pixels either
+                fixed[pixels] = -1
+        total = pooled.sum(axis=1, keepdims=True)
+        empty = total[:, 0] <= 0  # only a locked class was possible there: any other, evenly
+        pooled[empty] = 1.0
+        for label in self.locked:
+            k = int(np.searchsorted(classes, label))
+            if k < classes.size and classes[k] == label:
+                pooled[empty & ~self.locked[label], k] = 0.0
+        pooled /= np.maximum(pooled.sum(axis=1, keepdims=True), 1e-30)
+        return pooled
 
     def _init_background(self, classes: np.ndarray) -> int:
         """The scribble number that stands for the init's background."""

@@ -161,3 +161,37 @@ def test_bad_images(image, message):
 def test_nothing_to_suggest_before_an_update(picture):
     with pytest.raises(InvalidInputError, match="before the first update"):
         SegmentationSession(picture[0]).suggest(2)
+
+
+def test_a_locked_class_keeps_its_pixels_until_unlocked():
+    rng = np.random.default_rng(2)
+    img = np.zeros((40, 90))
+    img[:, 30:60] = 50
+    img[:, 60:] = 100
+    img += rng.normal(0, 8, img.shape)
+    scr = np.zeros(img.shape, dtype=np.uint8)
+    scr[20, 5:20], scr[20, 38:52], scr[20, 70:85] = 1, 2, 3
+    session = SegmentationSession(img)
+    with pytest.raises(InvalidInputError, match="before the first update"):
+        session.lock(2)
+    session.set_scribbles(scr)
+    first = session.update().labels.copy()
+    session.lock(2)
+    # strokes of class 1 across the middle band, and of class 2 in the right band: neither may move class 2
+    more = scr.copy()
+    more[5:35, 45] = 1
+    more[10, 70:85] = 2
+    session.set_scribbles(more)
+    locked = session.update().labels
+    assert np.array_equal(locked == 2, first == 2)
+    assert np.all(locked[more == 1] == np.where(first[more == 1] == 2, 2, 1))
+    # a locked class without strokes this time keeps its pixels too
+    session.set_scribbles(np.where(scr == 2, 0, scr))
+    assert np.array_equal(session.update().labels == 2, first == 2)
+    session.unlock(2)
+    session.set_scribbles(more)
+    assert not np.array_equal(session.update().labels == 2, first == 2)  # the new strokes now count
+    with pytest.raises(InvalidInputError, match="no pixels"):
+        session.lock(9)
+    with pytest.raises(InvalidInputError, match=">= 1"):
+        session.lock(0)

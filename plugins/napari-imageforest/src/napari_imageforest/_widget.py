@@ -105,6 +105,9 @@ class SegmentationWidget(QWidget):
                                      "it, the background with a new number)")
         self.from_organs.setChecked(True)
         self.suggest_button = QPushButton("Next suggestion")
+        self.lock_button = QPushButton("Lock the selected label")
+        self.lock_button.setToolTip("Its pixels stay as they are through later strokes until unlocked")
+        self.unlock_button = QPushButton("Unlock all")
         self.target_combo = QComboBox()
         self.apply_button = QPushButton("Apply model to layer")
         self.apply_all_button = QPushButton("Apply model to every image layer")
@@ -122,6 +125,10 @@ class SegmentationWidget(QWidget):
         layout.addWidget(self.hide_background)
         layout.addWidget(self.from_organs)
         layout.addWidget(self.suggest_button)
+        locks = QHBoxLayout()
+        locks.addWidget(self.lock_button)
+        locks.addWidget(self.unlock_button)
+        layout.addLayout(locks)
         layout.addWidget(QLabel("Apply the model to"))
         layout.addWidget(self.target_combo)
         layout.addWidget(self.apply_button)
@@ -139,6 +146,8 @@ class SegmentationWidget(QWidget):
 
         self.start_button.clicked.connect(lambda: self.start())
         self.suggest_button.clicked.connect(lambda: self.next_suggestion())
+        self.lock_button.clicked.connect(lambda: self.lock_selected())
+        self.unlock_button.clicked.connect(lambda: self.unlock_all())
         self.apply_button.clicked.connect(lambda: self.apply_to(self._layer_named(self.target_combo.currentText())))
         self.apply_all_button.clicked.connect(lambda: self.apply_to_all())
         self.save_button.clicked.connect(self._save_dialog)
@@ -277,6 +286,23 @@ class SegmentationWidget(QWidget):
 
         self._busy("Segmenting ...")
         self._run(work, returned=self._updated)
+
+    def lock_selected(self) -> None:
+        """Freeze the scribbles layer's selected label as the segmentation has it now."""
+        if self.session is None or self.scribbles is None:
+            return
+        label = int(self.scribbles.selected_label)
+        try:
+            self.session.lock(label)
+        except ImageForestError as exc:
+            self._error(exc)
+            return
+        self._idle(f"Label {label} is locked (locked: {', '.join(str(k) for k in sorted(self.session.locked))}).")
+
+    def unlock_all(self) -> None:
+        if self.session is not None:
+            self.session.unlock()
+            self._idle("No label is locked.")
 
     def _organs(self) -> np.ndarray | None:
         """The automatic organs to start from: the "organs" layer (from Contour organs) when the box is checked and

@@ -258,3 +258,26 @@ def test_undoing_a_stroke_updates_the_segmentation(started, qtbot):
     scribbles.undo()  # napari's own undo (Ctrl+Z) takes the stroke back
     qtbot.waitUntil(lambda: settled(widget) and 3 not in widget.session.result.classes, timeout=WAIT_MS)
     assert 3 not in np.unique(viewer.layers["segmentation"].data)
+
+
+def test_a_locked_label_keeps_its_pixels_through_new_strokes(started, qtbot):
+    viewer, widget, _ = started
+    scribbles = viewer.layers["scribbles"]
+    paint_disc_strokes(scribbles)
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    before = viewer.layers["segmentation"].data == 1
+    scribbles.selected_label = 1
+    widget.lock_button.click()
+    assert "Label 1 is locked" in widget.status.text()
+    scribbles.brush_size = 3
+    paint_line(scribbles, 2, [(30, 38)])  # a background dab in the middle of the locked disc
+    paint_line(scribbles, 1, [(5, 60)])  # and a disc dab far outside it
+    qtbot.waitUntil(lambda: settled(widget) and widget.session.result is not None
+                    and widget.session.scribbles[30, 38] == 2, timeout=WAIT_MS)
+    assert np.array_equal(viewer.layers["segmentation"].data == 1, before)
+    widget.unlock_button.click()
+    assert widget.session.locked == {}
+    last = widget.session.result
+    paint_line(scribbles, 2, [(40, 38)])
+    qtbot.waitUntil(lambda: settled(widget) and widget.session.result is not last, timeout=WAIT_MS)
+    assert viewer.layers["segmentation"].data[30, 38] == 2  # unlocked: the strokes count
