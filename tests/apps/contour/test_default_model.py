@@ -30,7 +30,7 @@ def test_shipped_model_card_and_size():
 def test_shipped_model_contours_a_real_scan():
     cases, organs = openkbp_cases(OPENKBP)
     case = cases[0]
-    document, contours, scan = contour_file(case.scan, load_contourer())
+    document, contours, _ = contour_file(case.scan, load_contourer())
     truth = np.asarray(read_image(case.labels).array)
     labels = contours.labels.array
     assert labels.shape == truth.shape
