@@ -237,23 +237,22 @@ class SegmentationSession:
         """The pooled posterior (n, C) with every locked class certain on its frozen pixels and impossible
         elsewhere; `fixed` (n,) (the cut's clamped classes, -1 free) is changed to match."""
         pooled = np.array(pooled, dtype=np.float32, copy=True)
+        column = {label: int(np.searchsorted(classes, label)) for label in self.locked}
+        scribbled = {label: k for label, k in column.items() if k < classes.size and classes[k] == label}
         for label, pixels in self.locked.items():
-            k = int(np.searchsorted(classes, label))
-            if k < classes.size and classes[k] == label:
-                fixed[(fixed == k) & ~pixels] = -1  # its strokes outside the frozen pixels wait for an unlock
-                pooled[~pixels, k] = 0.0
-                pooled[pixels] = 0.0
-                pooled[pixels, k] = 1.0
-                fixed[pixels] = k
-            else:  # not scribbled this time: the others may not take its pixels either
+            k = scribbled.get(label)
+            if k is None:  # not scribbled this time: the others may not take its pixels either
                 fixed[pixels] = -1
-        total = pooled.sum(axis=1, keepdims=True)
-        empty = total[:, 0] <= 0  # only a locked class was possible there: any other, evenly
+                continue
+            fixed[(fixed == k) & ~pixels] = -1  # its strokes outside the frozen pixels wait for an unlock
+            pooled[~pixels, k] = 0.0
+            pooled[pixels] = 0.0
+            pooled[pixels, k] = 1.0
+            fixed[pixels] = k
+        empty = pooled.sum(axis=1) <= 0  # only a locked class was possible there: any other, evenly
         pooled[empty] = 1.0
-        for label in self.locked:
-            k = int(np.searchsorted(classes, label))
-            if k < classes.size and classes[k] == label:
-                pooled[empty & ~self.locked[label], k] = 0.0
+        for label, k in scribbled.items():
+            pooled[empty & ~self.locked[label], k] = 0.0
         pooled /= np.maximum(pooled.sum(axis=1, keepdims=True), 1e-30)
         return pooled
 

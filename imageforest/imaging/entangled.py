@@ -283,8 +283,6 @@ class EntangledForest(ClassificationForest):
         """The images' integral tables plus `n_context` context channels: the images' prior maps when `priors`
         (one (n_context, z, y, x) array per image, read in turn), else zero until a stage fills them."""
         images = self._images(images)
-        if priors is not None and len(priors) != len(images):
-            raise InvalidInputError(f"give one prior per image ({len(images)}), got {len(priors)}")
         given = None if priors is None else iter(range(len(images)))  # ImageStack reads the images in order
 
         def channels(im):
@@ -293,17 +291,20 @@ class EntangledForest(ClassificationForest):
                 return [arr] + [np.zeros(arr.shape, dtype=np.float32)] * n_context
             k = next(given)
             prior = np.asarray(priors[k], dtype=np.float32)
-            if prior.shape != (n_context, *arr.shape[-3:]) and prior.shape != (n_context, *arr.shape):
+            if prior.shape != (n_context, *arr.shape):
                 raise InvalidInputError(f"prior {k} must be ({n_context}, *image shape) float, got {prior.shape}")
             if not np.all(np.isfinite(prior)):
                 raise InvalidInputError(f"prior {k} holds NaN or infinite values")
-            return [arr, *prior.reshape((n_context, *arr.shape))]
+            return [arr, *prior]
         return ImageStack.from_images(images, integral=True, channels=channels)
 
-    def _check_priors(self, given: bool) -> None:
-        if bool(self.prior_maps) != given:
+    def _check_priors(self, priors, n_images: int) -> None:
+        """Priors given exactly when the forest reads them, one per image."""
+        if bool(self.prior_maps) != (priors is not None):
             raise InvalidInputError("this forest reads prior maps: give one per image (priors= / prior=)"
                                     if self.prior_maps else "this forest takes no prior maps (prior_maps=False)")
+        if priors is not None and len(priors) != n_images:
+            raise InvalidInputError(f"give one prior per image ({n_images}), got {len(priors)}")
 
     # -- growth -------------------------------------------------------------------------------------------
     def fit(self, images, points, labels, regions=None, sample_weight=None, priors=None) -> EntangledForest:
@@ -320,8 +321,8 @@ class EntangledForest(ClassificationForest):
             `prior_maps` only: the maps the first stage's context tests read
         """
         bounds = self.stage_bounds()
-        check_params(self)
-        self._check_priors(priors is not None)
+        check_params(self)  # prior_maps is read here, before `_settings` checks the others
+        self._check_priors(priors, len(self._images(images)))
         n_points = len(points) if hasattr(points, "__len__") else 0
         sw = check_sample_weight(sample_weight, n_points)
         objective, sw = self._label_objective(labels, n_points, sw)
@@ -412,9 +413,10 @@ class EntangledForest(ClassificationForest):
     def _image_leaves(self, image, region, prior=None) -> tuple[np.ndarray, np.ndarray]:
         """(voxels (m, 3) z, y, x, final leaves (m, T)) of one image's region (default: every voxel)."""
         self.check_fitted()
-        self._check_priors(prior is not None)
+        priors = None if prior is None else [prior]
+        self._check_priors(priors, 1)
         n_context = self.classes_.size - 1
-        stack = self._stack([image], n_context, None if prior is None else [prior])
+        stack = self._stack([image], n_context, priors)
         mask = self._regions([region], stack)[0]
         with numba_threads(self.n_jobs):
             return self._descend_image(stack.table, stack.base[0], stack.shape[0], stack.spacing[0], mask)
@@ -439,9 +441,7 @@ class EntangledForest(ClassificationForest):
         regions = [None] * len(images) if regions is None else list(regions)
         if len(regions) != len(images):
             raise InvalidInputError(f"give one region per image ({len(images)}), got {len(regions)}")
-        self._check_priors(priors is not None)
-        if priors is not None and len(priors) != len(images):
-            raise InvalidInputError(f"give one prior per image ({len(images)}), got {len(priors)}")
+        self._check_priors(priors, len(images))
         out = None
         for i in np.unique(pts[:, 0]):
             zyx, leaves = self._image_leaves(images[i], regions[i], None if priors is None else priors[i])

@@ -51,7 +51,8 @@ def test_grey_picture_and_scribble_numbers_are_kept(picture):
     assert iou(result.labels == 7, disc) > 0.85
 
 
-def test_three_classes():
+def three_bands() -> tuple[np.ndarray, np.ndarray]:
+    """A noisy picture of three vertical bands (30 columns each) and one stroke per band, labels 1, 2, 3."""
     rng = np.random.default_rng(2)
     img = np.zeros((40, 90))
     img[:, 30:60] = 50
@@ -59,6 +60,11 @@ def test_three_classes():
     img += rng.normal(0, 8, img.shape)
     scr = np.zeros(img.shape, dtype=np.uint8)
     scr[20, 5:20], scr[20, 38:52], scr[20, 70:85] = 1, 2, 3
+    return img, scr
+
+
+def test_three_classes():
+    img, scr = three_bands()
     session = SegmentationSession(img)
     session.set_scribbles(scr)
     labels = session.update().labels
@@ -164,13 +170,7 @@ def test_nothing_to_suggest_before_an_update(picture):
 
 
 def test_a_locked_class_keeps_its_pixels_until_unlocked():
-    rng = np.random.default_rng(2)
-    img = np.zeros((40, 90))
-    img[:, 30:60] = 50
-    img[:, 60:] = 100
-    img += rng.normal(0, 8, img.shape)
-    scr = np.zeros(img.shape, dtype=np.uint8)
-    scr[20, 5:20], scr[20, 38:52], scr[20, 70:85] = 1, 2, 3
+    img, scr = three_bands()
     session = SegmentationSession(img)
     with pytest.raises(InvalidInputError, match="before the first update"):
         session.lock(2)
