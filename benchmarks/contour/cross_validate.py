@@ -48,6 +48,17 @@ VARIANTS = {"recipe": {}, "entangled": {"entangled_depths": (8, 12)},
             "plain": {"entangled_depths": (), "prior_maps": False}}
 
 
+ABSENT = -1e9  # JSON has no NaN: an absent organ's box is cached as this
+
+
+def _cached_boxes(model, scan) -> list:
+    return np.nan_to_num(model.localize(scan).boxes(), nan=ABSENT).tolist()
+
+
+def _boxes_from_cache(known: dict) -> dict[str, list]:
+    return {k: np.where(np.asarray(v) < ABSENT / 10, np.nan, np.asarray(v)).tolist() for k, v in known.items()}
+
+
 def localizer_boxes(cases, scans, cache: Path) -> dict[str, list]:
     """The shipped localizer's boxes per case (NaN rows: absent), cached in `cache`."""
     known = json.loads(cache.read_text()) if cache.is_file() else {}
@@ -57,10 +68,10 @@ def localizer_boxes(cases, scans, cache: Path) -> dict[str, list]:
 
         model = load_localizer()
         for i in todo:
-            known[cases[i].name] = np.nan_to_num(model.localize(scans[i]).boxes(), nan=-1e9).tolist()
+            known[cases[i].name] = _cached_boxes(model, scans[i])
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(known))
-    return {k: np.where(np.asarray(v) < -1e8, np.nan, np.asarray(v)).tolist() for k, v in known.items()}
+    return _boxes_from_cache(known)
 
 
 def fold_localizer_boxes(cases, scans, organs, train: list[int], test: list[int], cache: Path) -> dict[str, list]:
@@ -74,11 +85,10 @@ def fold_localizer_boxes(cases, scans, organs, train: list[int], test: list[int]
         t0 = time.perf_counter()
         model = train_localizer([cases[i] for i in train], organs)
         print(f"fold localizer trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s", flush=True)
-        known = {"train": names, "boxes": {cases[i].name: np.nan_to_num(model.localize(scans[i]).boxes(),
-                                                                          nan=-1e9).tolist() for i in test}}
+        known = {"train": names, "boxes": {cases[i].name: _cached_boxes(model, scans[i]) for i in test}}
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(known))
-    return {k: np.where(np.asarray(v) < -1e8, np.nan, np.asarray(v)).tolist() for k, v in known["boxes"].items()}
+    return _boxes_from_cache(known["boxes"])
 
 
 def main() -> None:
