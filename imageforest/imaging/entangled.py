@@ -13,6 +13,11 @@ All stages live in one `ForestArrays`: stage k's trees are trees ``stage_trees_[
 arrays, and tree j of stage k + 1 continues leaf ``stage_leaves_[k] + j`` of stage k. Every leaf, intermediate
 or final, keeps its class histogram (`leaf_posterior_`).
 
+Image channels: the image itself and, with `image_windows`, one channel per intensity window (lo, hi): the image
+mapped linearly to 0..1 between lo and hi and clipped outside, so that a box's mean over the channel is the share of
+its voxels above a tissue's level rather than a mean that air or bone dominate (a CT box mean of 0 HU may be soft
+tissue or fat beside bone; its bone window's mean tells which).
+
 Context channels: one per class but the first (the background class, label 0, in a segmentation), whose posterior
 is one minus the others'. Outside an image's region the maps are 0, at training and prediction alike.
 
@@ -53,14 +58,16 @@ LOCAL_SCALE = 0.2  # a local candidate's first box lies within this share of max
 class ContextBoxFeatures(BoxFeatures):
     """Box differences over an image channel or, once `context_open`, a posterior channel.
 
-    Channel 0 is the image; channels 1..n_context the class posterior maps. Both boxes of a test read the same
-    channel; with probability `mean_share` the second box is out of reach (the test reads one box's mean). Saved
-    as plain box features: prediction needs only the rows, not how they were drawn.
+    Channels 0..n_image-1 are the image's (the image, then its windows); the next n_context the class posterior
+    maps. Both boxes of a test read the same channel; with probability `mean_share` the second box is out of reach
+    (the test reads one box's mean). Saved as plain box features: prediction needs only the rows, not how they
+    were drawn.
     """
 
     def __init__(self, max_offset_mm, box_size_mm, n_context: int, context_share: float, mean_share: float,
-                 local_share: float = 0.0) -> None:
-        super().__init__(max_offset_mm, box_size_mm, difference=True, n_channels=1 + n_context)
+                 local_share: float = 0.0, n_image: int = 1) -> None:
+        super().__init__(max_offset_mm, box_size_mm, difference=True, n_channels=n_image + n_context)
+        self.n_image = int(n_image)
         self.n_context = int(n_context)
         self.context_share = float(context_share)
         self.mean_share = float(mean_share)
@@ -70,10 +77,12 @@ class ContextBoxFeatures(BoxFeatures):
     def sample(self, rng, n_sets, n_candidates):
         out = super().sample(rng, n_sets, n_candidates)
         shape = (n_sets, n_candidates)
-        channel = np.zeros(shape)
+        channel = rng.integers(0, self.n_image, shape) if self.n_image > 1 else np.zeros(shape, dtype=np.int64)
         if self.context_open and self.n_context:
             context = rng.random(shape) < self.context_share
-            channel = np.where(context, rng.integers(1, 1 + self.n_context, shape), 0).astype(np.float64)
+            first = self.n_image
+            channel = np.where(context, rng.integers(first, first + self.n_context, shape), channel)
+        channel = channel.astype(np.float64)
         out[..., 0] = out[..., 7] = channel
         if self.local_share > 0:  # boxes near the voxel: its own intensity and its immediate surroundings
             local = rng.random(shape) < self.local_share
@@ -160,6 +169,10 @@ class EntangledForest(ClassificationForest):
         Share of candidates reading one box's mean rather than a difference of two boxes.
     local_share : float
         Share of candidates whose first box lies within a fifth of `max_offset_mm` of the voxel.
+    image_windows : tuple of (lo, hi) pairs
+        Intensity windows, each one more image channel that the image tests may read: the image mapped to 0..1
+        between lo and hi (for a CT in HU, for example (-1000, -400) air, (-160, 240) soft tissue, (150, 1000)
+        bone). () reads the image alone.
     prior_maps : bool
         The caller gives each image's prior maps (`priors=` to `fit`, `prior=` to prediction): one float map per
         class but the first, which the first stage's context tests read (`context_share` of its candidates).
@@ -182,14 +195,14 @@ class EntangledForest(ClassificationForest):
         "criterion": Options(choices=("entropy", "gini")), "class_weight": ClassWeight(),
         "entangled_depths": Anything(), "max_offset_mm": Anything(), "box_size_mm": Anything(),
         "context_share": Real(0.0, 1.0), "mean_share": Real(0.0, 1.0),
-        "local_share": Real(0.0, 1.0), "prior_maps": Boolean()}
+        "local_share": Real(0.0, 1.0), "prior_maps": Boolean(), "image_windows": Anything()}
 
     def __init__(self, n_trees: int = 8, *, max_depth: int = 16, entangled_depths=(8, 12), n_candidates: int = 100,
                  n_thresholds: int | None = 16, criterion: str = "entropy", class_weight="balanced",
                  bootstrap: bool = False, max_samples=None, min_samples_split: int = 2, min_samples_leaf: int = 8,
                  min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0), context_share: float = 0.5,
-                 mean_share: float = 0.5, local_share: float = 0.0, prior_maps: bool = False, random_state=None,
-                 n_jobs: int | None = None) -> None:
+                 mean_share: float = 0.5, local_share: float = 0.0, image_windows=(), prior_maps: bool = False,
+                 random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.entangled_depths = entangled_depths
@@ -207,6 +220,7 @@ class EntangledForest(ClassificationForest):
         self.context_share = context_share
         self.mean_share = mean_share
         self.local_share = local_share
+        self.image_windows = image_windows
         self.prior_maps = prior_maps
         self.random_state = random_state
         self.n_jobs = n_jobs
@@ -228,18 +242,37 @@ class EntangledForest(ClassificationForest):
                                     f"got {tuple(depths)}")
         return bounds
 
+    def windows(self) -> np.ndarray:
+        """The image windows as a (n_windows, 2) float array of (lo, hi), lo < hi, finite."""
+        try:
+            out = np.asarray(self.image_windows, dtype=np.float64)
+        except (TypeError, ValueError):
+            out = np.zeros((0, 3))
+        out = out.reshape(0, 2) if out.size == 0 and out.ndim == 1 else out
+        if out.ndim != 2 or out.shape[1] != 2:
+            raise InvalidInputError(f"image_windows must be a tuple of (lo, hi) pairs, got {self.image_windows!r}")
+        if not np.all(np.isfinite(out)) or np.any(out[:, 1] <= out[:, 0]):
+            raise InvalidInputError(f"each image window (lo, hi) needs finite lo < hi, got {self.image_windows!r}")
+        return out
+
+    @property
+    def n_image_channels(self) -> int:
+        """Channels read from the image: the image and its windows."""
+        return 1 + self.windows().shape[0]
+
     def _family(self, n_context: int) -> ContextBoxFeatures:
         try:
             size = tuple(float(v) for v in self.box_size_mm)
             offset = self.max_offset_mm if np.ndim(self.max_offset_mm) == 0 else tuple(self.max_offset_mm)
             return ContextBoxFeatures(offset, size, n_context, self.context_share, self.mean_share,
-                                      self.local_share)
+                                      self.local_share, self.n_image_channels)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"max_offset_mm / box_size_mm: {exc}") from None
 
     def check_loaded_parameters(self) -> None:
         check_params(self)
         self.stage_bounds()
+        self.windows()
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -247,6 +280,9 @@ class EntangledForest(ClassificationForest):
         for key in ("entangled_depths", "box_size_mm", "max_offset_mm"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
+        hyper.setdefault("image_windows", ())  # files saved before windows existed read the image alone
+        if isinstance(hyper["image_windows"], list):
+            hyper["image_windows"] = tuple(tuple(w) if isinstance(w, list) else w for w in hyper["image_windows"])
         return cls(**hyper)
 
     # -- inputs -------------------------------------------------------------------------------------------
@@ -280,22 +316,27 @@ class EntangledForest(ClassificationForest):
         return out
 
     def _stack(self, images, n_context: int, priors=None) -> ImageStack:
-        """The images' integral tables plus `n_context` context channels: the images' prior maps when `priors`
-        (one (n_context, z, y, x) array per image, read in turn), else zero until a stage fills them."""
+        """The images' integral tables: the image and its windows, then `n_context` context channels: the images'
+        prior maps when `priors` (one (n_context, z, y, x) array per image, read in turn), else zero until a stage
+        fills them."""
         images = self._images(images)
         given = None if priors is None else iter(range(len(images)))  # ImageStack reads the images in order
+        windows = self.windows()
 
         def channels(im):
             arr = im.array if isinstance(im, Image) else np.asarray(im)
+            own = [arr]
+            for lo, hi in windows:
+                own.append(np.clip((arr.astype(np.float32) - np.float32(lo)) / np.float32(hi - lo), 0.0, 1.0))
             if given is None:
-                return [arr] + [np.zeros(arr.shape, dtype=np.float32)] * n_context
+                return own + [np.zeros(arr.shape, dtype=np.float32)] * n_context
             k = next(given)
             prior = np.asarray(priors[k], dtype=np.float32)
             if prior.shape != (n_context, *arr.shape):
                 raise InvalidInputError(f"prior {k} must be ({n_context}, *image shape) float, got {prior.shape}")
             if not np.all(np.isfinite(prior)):
                 raise InvalidInputError(f"prior {k} holds NaN or infinite values")
-            return [arr, *prior]
+            return [*own, *prior]
         return ImageStack.from_images(images, integral=True, channels=channels)
 
     def _check_priors(self, priors, n_images: int) -> None:
@@ -375,7 +416,7 @@ class EntangledForest(ClassificationForest):
                        upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every voxel of `mask` through stages 0..upto-1 (all by default). After each stage that another follows
         in the full forest, the posterior maps are written as integral tables into the context channels
-        (`base[1:]`) of `table`, which is how the next stage (or, in training, the next stage's growth) reads them.
+        (`base[n_image_channels:]`) of `table`, which is how the next stage (or, in training, the next stage's growth) reads them.
 
         Returns the region's voxels (m, 3) int32 (z, y, x) and their leaves in the last stage run, (m, T) int32.
         """
@@ -403,9 +444,10 @@ class EntangledForest(ClassificationForest):
                 break
             post = tree_average(leaves, self.leaf_posterior_)
             plane = np.zeros((nz, ny, nx))
+            first = self.n_image_channels - 1  # class c's map is channel first + c
             for c in range(1, post.shape[1]):
                 plane[mask] = post[:, c]
-                table[base[c]:base[c] + size] = integral_image(plane).ravel()
+                table[base[first + c]:base[first + c] + size] = integral_image(plane).ravel()
             if k + 1 < upto:
                 start = roots[self.stage_trees_[k + 1] + (leaves - self.stage_leaves_[k])].astype(np.int32)
         return zyx, leaves
@@ -472,14 +514,15 @@ class EntangledForest(ClassificationForest):
                      img.direction.copy(), source=img.source, notes=[*img.notes, "class posteriors"])
 
     def context_use(self) -> np.ndarray:
-        """Split nodes reading each channel, per stage: (n_stages, 1 + n_context) int64, channel 0 the image,
-        channel c the posterior of class c (the model's `classes_[c]`)."""
+        """Split nodes reading each channel, per stage: (n_stages, n_image_channels + n_context) int64: first the
+        image and its windows, then channel n_image_channels - 1 + c the context map of class c (the model's
+        `classes_[c]`)."""
         self.check_fitted()
         tree_of_node = self.forest_.node_tree()
         stage = np.searchsorted(self.stage_trees_, tree_of_node, side="right") - 1
         split = self.forest_.child >= 0
         channel = self.forest_.params[:, 0].astype(np.int64)
-        out = np.zeros((self.stage_trees_.size - 1, self.classes_.size), dtype=np.int64)
+        out = np.zeros((self.stage_trees_.size - 1, self.n_image_channels + self.classes_.size - 1), dtype=np.int64)
         np.add.at(out, (stage[split], channel[split]), 1)
         return out
 
@@ -503,6 +546,6 @@ class EntangledForest(ClassificationForest):
         stage_of_leaf = np.searchsorted(leaves, np.arange(forest.n_leaves), side="right") - 1
         if np.any(np.searchsorted(trees, forest.leaf_tree, side="right") - 1 != stage_of_leaf):
             raise ModelFormatError("a stage's leaves lie in another stage's trees")
-        if self.classes_.size - 1 != self.family_.n_channels - 1:
+        if self.classes_.size - 1 != self.family_.n_channels - self.n_image_channels:
             raise ModelFormatError("the model's context channels do not match its classes")
         self.stage_trees_, self.stage_leaves_ = trees, leaves
