@@ -416,7 +416,8 @@ class EntangledForest(ClassificationForest):
                        upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Every voxel of `mask` through stages 0..upto-1 (all by default). After each stage that another follows
         in the full forest, the posterior maps are written as integral tables into the context channels
-        (`base[n_image_channels:]`) of `table`, which is how the next stage (or, in training, the next stage's growth) reads them.
+        (`base[n_image_channels:]`) of `table`, which is how the next stage (or, in training, the next stage's
+        growth) reads them.
 
         Returns the region's voxels (m, 3) int32 (z, y, x) and their leaves in the last stage run, (m, T) int32.
         """

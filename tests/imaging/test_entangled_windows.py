@@ -57,5 +57,5 @@ def test_windows_survive_the_model_file(tmp_path):
 def test_bad_windows_are_refused(windows):
     img, truth = _bone_and_air(0)
     pts = _points(1)
-    with pytest.raises(InvalidInputError, match="image_windows|image window"):
+    with pytest.raises(InvalidInputError, match=r"image_windows|image window"):
         EntangledForest(image_windows=windows, **SETTINGS).fit([img], pts, truth[pts[:, 1], pts[:, 2]])
