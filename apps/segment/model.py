@@ -23,11 +23,11 @@ from imageforest.apps.segment.features import (
     prepare,
     stretch_bounds,
 )
-from imageforest.apps.segment.regularize import graph_cut
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.imaging.io import Image
+from imageforest.imaging.regularize import graph_cut
 
 # Pictures above this many pixels (2048 x 2048) are segmented in tiles of TILE x TILE pixels, each with a margin of
 # TILE_HALO: the largest filter reaches 48 pixels (4 sigma of the scale-8 Gaussians, the structure tensor's outer
@@ -81,7 +81,7 @@ class SegmentationForest(ClassificationForest):
         As for `ClassificationForest` (T, D, rho, leaf size, None or "balanced", seed, threads).
     smoothness : float
         Weight of the graph cut's contrast-sensitive boundary term when the forest is applied to a new image
-        (`imageforest.apps.segment.regularize`); 0 gives the forest's argmax.
+        (`imageforest.imaging.regularize`); 0 gives the forest's argmax.
 
     Attributes
     ----------

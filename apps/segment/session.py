@@ -40,10 +40,10 @@ import numpy as np
 from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, SegmentationForest, entropy, label_dtype
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
-from imageforest.apps.segment.regularize import contrast_weights, graph_cut
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import run_ranges
 from imageforest.imaging.geodesic import geodesic_distances
+from imageforest.imaging.regularize import contrast_weights, graph_cut
 from imageforest.kernels import njit
 
 # Defaults by image kind (recipe.py: measured on the GrabCut scribbles and openkbp-hn CT)

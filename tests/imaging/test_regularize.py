@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from imageforest.apps.segment.regularize import UNARY_FLOOR, contrast_weights, energy, graph_cut
+from imageforest.imaging.regularize import UNARY_FLOOR, contrast_weights, energy, graph_cut
 
 
 def _energies(every: np.ndarray, unary: np.ndarray, edges) -> np.ndarray:
