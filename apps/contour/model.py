@@ -100,6 +100,9 @@ def organ_masks(image: Image, bounds: np.ndarray, boxes: np.ndarray, margin_mm: 
 # also knows how often an organ reaches beyond a box the localizer drew too small.
 ATLAS_RANGE = (-0.5, 1.5)
 ATLAS_SMOOTHING = 1.0  # bins (Gaussian sigma)
+# The graph cut measures contrast on the CT clipped to a soft-tissue window, so that the edges it respects are
+# those between soft tissues, fat and bone, not the far larger ones to air.
+CUT_WINDOW_HU = (-160.0, 240.0)
 
 
 def box_coordinates(image: Image, box: np.ndarray) -> np.ndarray:
@@ -150,6 +153,10 @@ class OrganContourer(EntangledForest):
     posterior_smoothing_mm : float
         Width (sigma, mm) of a Gaussian that smooths the forest's posterior maps before the labels are chosen; 0
         leaves them as they are. Neighbouring voxels' votes then count, which removes speckle at organ borders.
+    cut_smoothness : float or tuple of float (one per organ)
+        Strength of a final contrast-sensitive graph cut of each organ against the rest (Boykov and Jolly 2001),
+        inside the organ's widened box, on its weighed posterior share with the CT in a soft-tissue window as the
+        contrast guide; 0 keeps the arg-max. Voxels another organ holds stay with it.
     prior_maps : bool
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
@@ -164,12 +171,13 @@ class OrganContourer(EntangledForest):
         "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
-        "posterior_smoothing_mm": Real(0.0, 50.0)}
+        "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 posterior_smoothing_mm: float = 2.0, n_trees: int = 8, max_depth: int = 16, entangled_depths=(),
+                 posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, n_trees: int = 8, max_depth: int = 16,
+                 entangled_depths=(),
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
@@ -194,6 +202,7 @@ class OrganContourer(EntangledForest):
         self.prior_weight = prior_weight
         self.atlas_bins = atlas_bins
         self.posterior_smoothing_mm = posterior_smoothing_mm
+        self.cut_smoothness = cut_smoothness
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -201,7 +210,8 @@ class OrganContourer(EntangledForest):
         hyper["organs"] = tuple(hyper.get("organs", ()))
         hyper.setdefault("posterior_smoothing_mm", 0.0)  # saved before the setting existed: predict as they did
         hyper.setdefault("prior_maps", False)
-        for key in ("background_scale", "prior_weight"):
+        hyper.setdefault("cut_smoothness", 0.0)
+        for key in ("background_scale", "prior_weight", "cut_smoothness"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
         return super().from_hyper_parameters(hyper, meta)
@@ -220,6 +230,7 @@ class OrganContourer(EntangledForest):
         self.training_summary_ = meta.get("training_summary", {})
         self._per_organ(self.background_scale, "background_scale")
         self._per_organ(self.prior_weight, "prior_weight")
+        self._per_organ(self.cut_smoothness, "cut_smoothness")
         atlas = arrays.get("prior.atlas")
         if atlas is not None:
             shape = (len(self.organs), *(int(self.atlas_bins),) * 3)
@@ -276,6 +287,8 @@ class OrganContourer(EntangledForest):
                   ) -> OrganContourer:
         """Grow the forest on scans with label maps (z, y, x) uint8 and their organs' true boxes (n_organs, 6) mm,
         and count the box atlas."""
+        for name in ("background_scale", "prior_weight", "cut_smoothness"):  # before hours of growth, not after
+            self._per_organ(getattr(self, name), name)
         crops, masks, points, labels, jittered, atlas = self._training_regions(scans, label_maps, boxes, keep=True)
         if not crops:
             raise InvalidInputError("no training scan shows any of the organs")
@@ -369,9 +382,11 @@ class OrganContourer(EntangledForest):
                 mask: np.ndarray, prior: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Labels of the crop (z, y, x) uint8 and the weighed posteriors (K, z, y, x) from the forest's: each organ
         inside its widened box, times the box atlas (`prior`, when the caller has read it already), divided by its
-        background scale; arg-max, then each organ's largest component."""
+        background scale; arg-max, each organ's graph cut where `cut_smoothness` asks for one, then each organ's
+        largest component."""
         post = forest_post.copy()
-        post[1:] *= organ_masks(scan, bounds, boxes, self.margin_mm)
+        near = organ_masks(scan, bounds, boxes, self.margin_mm)
+        post[1:] *= near
         weight = self._per_organ(self.prior_weight, "prior_weight")
         if prior is None and np.any(weight > 0):
             prior = self.box_prior(crop, boxes)
@@ -380,6 +395,13 @@ class OrganContourer(EntangledForest):
         post[1:] /= self._per_organ(self.background_scale, "background_scale")[:, None, None, None]
         crop_labels = np.argmax(post, axis=0).astype(np.uint8)
         crop_labels[~mask] = 0
+        smoothness = self._per_organ(self.cut_smoothness, "cut_smoothness")
+        if np.any(smoothness > 0):
+            share = post / np.maximum(post.sum(axis=0), 1e-12)
+            guide = np.clip(crop.array.astype(np.float32), *CUT_WINDOW_HU)[..., None]
+            for k in np.flatnonzero(smoothness > 0):
+                cut_organ(crop_labels, k + 1, share[k + 1], near[k] & mask, guide,
+                          np.asarray(crop.spacing, dtype=np.float64)[::-1], float(smoothness[k]))
         if self.largest_component:
             crop_labels = keep_largest(crop_labels, len(self.organs))
         return crop_labels, post
@@ -391,26 +413,41 @@ class OrganContourer(EntangledForest):
     def contour(self, scan: Image, boxes: np.ndarray) -> Contours:
         """Contours of `scan` given its organs' boxes (n_organs, 6) mm in the model's organ order (NaN rows:
         absent organs, which get no voxels)."""
+        return self.labels_from_posteriors(*self.forest_posteriors(scan, boxes))
+
+    def forest_posteriors(self, scan: Image, boxes: np.ndarray) -> tuple[np.ndarray | None, _Region]:
+        """The forest's step of `contour`: its posteriors (K, z, y, x) over the crop around the boxes' region
+        (None when no organ is present) and the region they belong to. The settings applied after the forest
+        (smoothing, atlas weight, background scale, cut) act in `labels_from_posteriors`, so a caller may try
+        several on one run of the forest."""
         self.check_fitted()
         boxes = np.asarray(boxes, dtype=np.float64)
         if boxes.shape != (len(self.organs), 6):
             raise InvalidInputError(f"give one box per organ of the model ({len(self.organs)} x 6), got {boxes.shape}")
-        present = ~np.isnan(boxes).any(axis=1)
-        shape = scan.array.shape
-        labels = np.zeros(shape, dtype=np.uint8)
         region = region_bounds(scan, boxes, self.margin_mm)
-        out = Image(labels, scan.spacing.copy(), scan.origin.copy(), scan.direction.copy(), source=scan.source)
         if region is None:
-            return Contours(out, None, None, present, np.full(len(self.organs), np.nan))
+            return None, _Region(scan, boxes, None, None, None, None, None)
         bounds = crop_bounds(scan, region, self.crop_mm)
         crop = cut(scan, bounds)
         mask = self._region_mask(bounds, region)
         prior = self.box_prior(crop, boxes) if self.prior_maps else None
         forest_post = np.moveaxis(self.predict_proba_image(crop, mask, prior).array, -1, 0)  # (K, z, y, x)
+        return forest_post, _Region(scan, boxes, region, bounds, crop, mask, prior)
+
+    def labels_from_posteriors(self, forest_post: np.ndarray | None, where: _Region) -> Contours:
+        """The contours from the forest's posteriors of `forest_posteriors`."""
+        scan, boxes = where.scan, where.boxes
+        present = ~np.isnan(boxes).any(axis=1)
+        shape = scan.array.shape
+        labels = np.zeros(shape, dtype=np.uint8)
+        out = Image(labels, scan.spacing.copy(), scan.origin.copy(), scan.direction.copy(), source=scan.source)
+        if forest_post is None:
+            return Contours(out, None, None, present, np.full(len(self.organs), np.nan))
+        crop, mask, bounds = where.crop, where.mask, where.bounds
         if float(self.posterior_smoothing_mm) > 0:
             sigma = float(self.posterior_smoothing_mm) / crop.spacing[::-1]
             forest_post = smooth_posteriors(forest_post, mask, sigma)
-        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask, prior)
+        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask, where.prior)
         x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
@@ -419,7 +456,22 @@ class OrganContourer(EntangledForest):
         full[:, z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = share
         means = np.array([share[k][crop_labels == k + 1].mean() if np.any(crop_labels == k + 1) else np.nan
                           for k in range(len(self.organs))])
-        return Contours(out, full, region, present, means)
+        return Contours(out, full, where.region, present, means)
+
+
+@dataclass
+class _Region:
+    """Where one scan's forest ran: the scan, its boxes (n_organs, 6) mm, the region's and the crop's inclusive
+    voxel bounds (6,), the crop, the region's mask on it (z, y, x) and the atlas read there (or None); all but the
+    scan and the boxes None when no organ is present."""
+
+    scan: Image
+    boxes: np.ndarray
+    region: np.ndarray | None
+    bounds: np.ndarray | None
+    crop: Image | None
+    mask: np.ndarray | None
+    prior: np.ndarray | None
 
 
 class _AtlasPriors:
@@ -448,6 +500,26 @@ def smooth_posteriors(post: np.ndarray, mask: np.ndarray, sigma_voxels: np.ndarr
         out[k] = ndimage.gaussian_filter(post[k] * mask, sigma_voxels) / inside
     out[:, ~mask] = post[:, ~mask]
     return out
+
+
+def cut_organ(labels: np.ndarray, label: int, share: np.ndarray, where: np.ndarray, guide: np.ndarray,
+              spacing: np.ndarray, smoothness: float) -> None:
+    """Re-decide organ `label` by a binary graph cut of its posterior `share` (z, y, x) against the rest over the
+    bounding box of `where` (bool), in place in `labels` (z, y, x) uint8: voxels of other organs and outside
+    `where` cannot join it. guide: (z, y, x, 1) intensities; spacing: (z, y, x) mm."""
+    from imageforest.imaging.regularize import graph_cut
+
+    if not where.any():
+        return
+    box = tuple(slice(int(v.min()), int(v.max()) + 1) for v in np.nonzero(where))
+    own = labels[box]
+    free = (own == 0) | (own == label)
+    fixed = np.where(free & where[box], -1, 0).astype(np.int32)
+    p = share[box]
+    posterior = np.stack([1.0 - p, p], axis=-1).astype(np.float32)
+    cut = graph_cut(posterior, guide[box], spacing, smoothness, fixed=fixed)
+    own[free & (cut == 1)] = label
+    own[free & (cut == 0)] = 0
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:

@@ -400,3 +400,48 @@ def test_box_atlas_as_the_first_context(trained, tmp_path):
     model.save(tmp_path / "priors.npz")
     loaded = OrganContourer.load(tmp_path / "priors.npz")
     assert loaded.prior_maps and np.array_equal(loaded.contour(ct, boxes).labels.array, labels)
+
+
+def test_cut_organ_removes_speckle_and_leaves_other_organs():
+    from imageforest.apps.contour.model import cut_organ
+
+    rng = np.random.default_rng(0)
+    zz, yy, xx = np.mgrid[:12, :16, :16]
+    ball = (zz - 6) ** 2 + (yy - 8) ** 2 + (xx - 8) ** 2 <= 16
+    share = np.clip(np.where(ball, 0.7, 0.3) + rng.normal(0, 0.25, ball.shape), 0, 1).astype(np.float32)
+    labels = (share > 0.5).astype(np.uint8)
+    labels[0, 0, :4] = 2  # another organ's voxels
+    share[0, 0, :4] = 0.99
+    where = np.ones(ball.shape, bool)
+    guide = np.zeros((*ball.shape, 1), np.float32)  # flat CT: the cut's cost is the boundary's area alone
+    before = _dice(labels == 1, ball)
+    cut_organ(labels, 1, share, where, guide, np.ones(3), 1.0)
+    assert _dice(labels == 1, ball) > max(before + 0.3, 0.8), before
+    assert np.all(labels[0, 0, :4] == 2)  # another organ's voxels stay with it
+    inside = xx + yy < 16  # not a box: the cut runs over its bounding box, the organ stays within it
+    labels0 = ((share > 0.5) & inside).astype(np.uint8)
+    cut_organ(labels0, 1, share, inside, guide, np.ones(3), 1.0)
+    assert labels0[inside].any() and not labels0[~inside].any()
+
+
+def test_cut_smoothness_in_contouring_and_the_model_file(trained, tmp_path):
+    _, model, cases = trained
+    ct, lab, boxes = cases[4]
+    post, where = model.forest_posteriors(ct, boxes)
+    plain = model.labels_from_posteriors(post, where).labels.array
+    assert np.array_equal(plain, model.contour(ct, boxes).labels.array)  # the two steps are `contour`
+    smooth = OrganContourer(ORGANS, **{**SMALL, "cut_smoothness": 0.5})
+    smooth.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    cut = smooth.labels_from_posteriors(post, where).labels.array
+    assert not np.array_equal(cut, plain)
+    truth = np.asarray(lab.array)
+    # a cut this weak smooths the phantom's two-voxel organs without erasing them
+    scores = [_dice(cut == k + 1, truth == k + 1) for k in range(len(ORGANS))]
+    assert min(scores) > 0.1 and np.mean(scores) > 0.3, scores
+    smooth.model_card_ = {"name": "cut", "version": "0"}
+    smooth.save(tmp_path / "cut.npz")
+    assert np.array_equal(OrganContourer.load(tmp_path / "cut.npz").contour(ct, boxes).labels.array, cut)
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).cut_smoothness == 0.0
+    with pytest.raises(InvalidInputError, match="cut_smoothness"):
+        OrganContourer(ORGANS, **{**SMALL, "cut_smoothness": (1.0, 2.0)}).fit_scans(
+            [c[0] for c in cases[:2]], [np.asarray(c[1].array) for c in cases[:2]], [c[2] for c in cases[:2]])
