@@ -103,6 +103,8 @@ ATLAS_SMOOTHING = 1.0  # bins (Gaussian sigma)
 # The graph cut measures contrast on the CT clipped to a soft-tissue window, so that the edges it respects are
 # those between soft tissues, fat and bone, not the far larger ones to air.
 CUT_WINDOW_HU = (-160.0, 240.0)
+# The CT's intensity windows the forest's image tests also read (HU): air, soft tissue, bone
+CT_WINDOWS_HU = ((-1000.0, -400.0), (-160.0, 240.0), (150.0, 1000.0))
 
 
 def box_coordinates(image: Image, box: np.ndarray) -> np.ndarray:
@@ -181,7 +183,8 @@ class OrganContourer(EntangledForest):
                  n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
                  class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
                  min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
-                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5, image_windows=(),
+                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5,
+                 image_windows=CT_WINDOWS_HU,
                  prior_maps: bool = True, random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(n_trees, max_depth=max_depth, entangled_depths=entangled_depths,
                          n_candidates=n_candidates, n_thresholds=n_thresholds, criterion=criterion,

@@ -41,7 +41,7 @@ from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
 
 AXIAL_ONLY = ("SpinalCord", "Esophagus")
-AFTER_THE_FOREST = ("background_scale", "prior_weight", "posterior_smoothing_mm", "largest_component")
+AFTER_THE_FOREST = ("background_scale", "prior_weight", "posterior_smoothing_mm", "largest_component", "cut_smoothness")
 # Each forest method: the recipe with these settings changed
 VARIANTS = {"recipe": {}, "entangled": {"entangled_depths": (8, 12)},
             "entangled-ct": {"entangled_depths": (8, 12), "prior_maps": False},
@@ -111,7 +111,7 @@ def main() -> None:
                     help="score the forests --save-models kept, where a method's file is there, instead of training "
                          "(--set then changes only the "
                          "settings applied after the forest: background_scale, prior_weight, posterior_smoothing_mm, "
-                         "largest_component)")
+                         "largest_component, cut_smoothness)")
     ap.add_argument("--save-models", type=Path, default=None, metavar="DIR",
                     help="keep each fold's forests as DIR/<method>_fold<k>.npz (e.g. to start segmentation from)")
     args = ap.parse_args()

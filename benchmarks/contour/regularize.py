@@ -1,7 +1,7 @@
 """A final graph cut on the contourer's posteriors: does it help or hurt the organs?
 
     python benchmarks/contour/regularize.py ../shared/data/openkbp-hn bench_out/models_prior/recipe_fold0.npz \
-        --grid 0,0.25,0.5,1,2 [--split validation|test]
+        --grid 0,0.25,0.5,1,2 [--split validation|test] [--per-organ 0.25,0,0.5,0.25,0.5,1,2]
 
 The cut is the contourer's own (`cut_smoothness`): per organ, a binary contrast-sensitive graph cut (Boykov and Jolly
 2001) of the organ's weighed posterior share against the rest inside its widened box, with the CT in a soft-tissue
@@ -39,6 +39,8 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("model", type=Path, help="a contour model trained on the first 80 scans of folds 1-4")
     ap.add_argument("--grid", default="0,0.25,0.5,1,2")
+    ap.add_argument("--per-organ", default=None, metavar="S1,...,S7",
+                    help="score this smoothness per organ (the model's order) beside none, instead of the grid")
     ap.add_argument("--split", choices=("validation", "test"), default="validation")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--train-cases", type=int, default=80)
@@ -64,6 +66,8 @@ def main() -> None:
         given = _boxes_from_cache(cache["boxes"])
     model = OrganContourer.load(args.model)
     grid = [float(v) for v in args.grid.split(",")]
+    if args.per_organ:
+        grid = [0.0, tuple(float(v) for v in args.per_organ.split(","))]
     axial = tuple(organs.index(o) for o in AXIAL_ONLY if o in organs)
     dice = {s: [] for s in grid}
     seconds = {s: [] for s in grid}
@@ -80,8 +84,8 @@ def main() -> None:
     out = {}
     for s in grid:
         per = np.nanmean(np.array(dice[s], dtype=np.float64), axis=0)
-        out[s] = per.tolist()
-        print(f"smoothness {s:g}: mean Dice {np.nanmean(per):.3f} | "
+        out[str(s)] = per.tolist()
+        print(f"smoothness {s}: mean Dice {np.nanmean(per):.3f} | "
               + " ".join(f"{o[:8]} {d:.3f}" for o, d in zip(organs, per, strict=True))
               + f" | labels {np.median(seconds[s]):.2f} s/scan", flush=True)
     if args.json:
