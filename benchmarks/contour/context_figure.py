@@ -21,20 +21,26 @@ from imageforest.apps.contour.api import DEFAULT_MODEL
 from imageforest.apps.contour.model import OrganContourer
 
 
+def image_channel_names(model: OrganContourer) -> list[str]:
+    """The names of the channels the model's image tests read: the CT, then its windows."""
+    return ["CT", *(f"CT {lo:g}..{hi:g} HU" for lo, hi in model.windows())]
+
+
 def context_gain(model: OrganContourer) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(n_stages, 1 + n_organs) share of each stage's summed split gain (gain x node weight) by the channel its first
-    box reads (0 the CT, k organ k's context), and per stage the distance (mm) of the context tests' first box from
-    the voxel."""
+    """(n_stages, n_image_channels + n_organs) share of each stage's summed split gain (gain x node weight) by the
+    channel its first box reads (the CT and its windows, then each organ's context), and per stage the distance (mm)
+    of the context tests' first box from the voxel."""
     forest = model.forest_
     split = forest.child >= 0
     stage = np.searchsorted(model.stage_trees_, forest.node_tree(), side="right") - 1
     channel = forest.params[:, 0].astype(np.int64)
     gain = forest.gain * forest.weight
-    share = np.zeros((model.stage_trees_.size - 1, len(model.organs) + 1))
+    n_image = model.n_image_channels
+    share = np.zeros((model.stage_trees_.size - 1, n_image + len(model.organs)))
     np.add.at(share, (stage[split], channel[split]), gain[split])
     share /= np.maximum(share.sum(axis=1, keepdims=True), 1e-12)
     reach = np.linalg.norm(forest.params[:, 1:4], axis=1)
-    distances = [reach[split & (stage == k) & (channel > 0)] for k in range(share.shape[0])]
+    distances = [reach[split & (stage == k) & (channel >= n_image)] for k in range(share.shape[0])]
     return share, distances
 
 
@@ -50,23 +56,27 @@ def main() -> None:
 
     paths = args.models or [DEFAULT_MODEL]
     models = [OrganContourer.load(p) for p in paths]
-    rows = []  # (label, share row, context distances)
+    organs = models[0].organs
+    image_names = list(dict.fromkeys(n for m in models for n in image_channel_names(m)))  # every model's, in order
+    names = [*image_names, *(f"{o} map" for o in organs)]
+    rows = []  # (label, share row over `names`, context distances)
     for path, model in zip(paths, models, strict=True):
-        share, distances = context_gain(model)
+        own, distances = context_gain(model)
+        columns = [names.index(n) for n in image_channel_names(model)] + \
+            [len(image_names) + k for k in range(len(organs))]
+        share = np.zeros((own.shape[0], len(names)))
+        share[:, columns] = own
         kind = "atlas" if model.prior_maps else "posteriors"
         for k in range(share.shape[0]):
             reads = "atlas" if k == 0 and model.prior_maps else "posteriors" if k else "nothing"
             label = f"{path.stem}: stage {k + 1} (context: {reads})" if share.shape[0] > 1 else \
                 f"{path.stem} (context: {kind})"
             rows.append((label, share[k], distances[k]))
-            print(f"{label}: CT {share[k, 0]:.2f}, " + ", ".join(
-                f"{o} {v:.2f}" for o, v in zip(model.organs, share[k, 1:], strict=True))
+            print(f"{label}: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, share[k], strict=True))
                 + (f"; context tests' median reach {np.median(distances[k]):.0f} mm" if distances[k].size else ""))
-    organs = models[0].organs
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.7 * len(rows) + 2.2),
                                       gridspec_kw={"width_ratios": [3, 2]})
-    colours = ["0.55", *plt.get_cmap("tab10").colors[:len(organs)]]
-    names = ["CT", *(f"{o} map" for o in organs)]
+    colours = [*(str(g) for g in np.linspace(0.35, 0.8, len(image_names))), *plt.get_cmap("tab10").colors[:len(organs)]]
     y = np.arange(len(rows))[::-1]
     for (_label, share, _), yy in zip(rows, y, strict=True):
         start = 0.0
