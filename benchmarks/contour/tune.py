@@ -43,6 +43,9 @@ def main() -> None:
                          "setting and the best setting per organ are compared")
     ap.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="training setting (JSON)")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a forest already grown on these --train-cases scans (for example cross_validate.py's "
+                         "--save-models of the same fold), scored instead of growing one")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -53,22 +56,34 @@ def main() -> None:
     check = pool[args.train_cases + args.val_cases:args.train_cases + args.val_cases + args.check_cases]
     grid = {k: [json.loads(v) for v in vs.split(",")] for k, vs in (g.split("=", 1) for g in args.grid)}
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
-    used = train + val + check
+    used = (val + check) if args.model is not None else (train + val + check)
     scans = {i: read_scan(cases[i].scan) for i in used}
     labels = {i: np.asarray(read_image(cases[i].labels).array) for i in used}
     given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
                             Path("bench_out/contour_localizer_boxes.json"))
     t0 = time.perf_counter()
-    model = OrganContourer(**{**recipe_for(organs), **overrides, "organs": tuple(organs),
-                              "random_state": args.seed}).fit_scans(
-        [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
-    print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}", flush=True)
+    if args.model is not None:
+        model = OrganContourer.load(args.model)
+        for k, v in overrides.items():
+            setattr(model, k, tuple(v) if isinstance(v, list) else v)
+        print(f"loaded {args.model}; validating on {len(val)}", flush=True)
+    else:
+        model = OrganContourer(**{**recipe_for(organs), **overrides, "organs": tuple(organs),
+                                  "random_state": args.seed}).fit_scans(
+            [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
+        print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}",
+              flush=True)
+    forest_runs: dict = {}  # the forest runs once per scan; the grid's settings act after it
+
     def score(setting: dict, scans_used: list[int]) -> np.ndarray:
         for k, v in setting.items():
             setattr(model, k, v)
         dice = []
         for i in scans_used:
-            pred = model.contour(scans[i], np.asarray(given[cases[i].name], dtype=np.float64)).labels.array
+            if i not in forest_runs:
+                forest_runs[i] = model.forest_posteriors(scans[i], np.asarray(given[cases[i].name],
+                                                                               dtype=np.float64))
+            pred = model.labels_from_posteriors(*forest_runs[i]).labels.array
             dice.append(organ_scores(pred, labels[i], len(organs), scans[i].spacing[::-1], ())["dice"])
         return np.nanmean(np.array(dice, dtype=np.float64), axis=0)
 
