@@ -73,9 +73,10 @@ def test_stages_continue_leaves_and_read_the_posteriors(trained):
     _, model, _ = trained
     assert model.stage_trees_[1] == 3 and model.stage_trees_.size == 3
     assert model.stage_trees_[2] - model.stage_trees_[1] == model.stage_leaves_[1]  # one tree per stage-1 leaf
-    use = model.context_use()
-    assert use[0, 1:].sum() == 0  # the first stage reads the image alone
-    assert use[1, 1:].sum() > 0  # the entangled stage reads posterior maps
+    use, n_image = model.context_use(), model.n_image_channels
+    assert n_image == 4 and use[0, :n_image].sum() > 0  # the CT and its three windows
+    assert use[0, n_image:].sum() == 0  # the first stage reads the image alone
+    assert use[1, n_image:].sum() > 0  # the entangled stage reads posterior maps
     assert model.forest_.depth.max() <= model.max_depth
 
 
@@ -391,7 +392,7 @@ def test_box_atlas_as_the_first_context(trained, tmp_path):
     _, _, cases = trained
     model = OrganContourer(ORGANS, **{**SMALL, "prior_maps": True}).fit_scans(
         [c[0] for c in cases[:4]], [np.asarray(c[1].array) for c in cases[:4]], [c[2] for c in cases[:4]])
-    assert model.context_use()[0, 1:].sum() > 0
+    assert model.context_use()[0, model.n_image_channels:].sum() > 0
     ct, lab, boxes = cases[4]
     labels = model.contour(ct, boxes).labels.array
     truth = np.asarray(lab.array)
