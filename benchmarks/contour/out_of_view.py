@@ -39,14 +39,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path)
     ap.add_argument("--cases", type=int, default=40)
+    ap.add_argument("--model", default=None, help="a contour model file (default: the shipped one)")
     args = ap.parse_args()
     cases, organs = openkbp_cases(args.data)
     fold_of = np.random.default_rng(0).permutation(len(cases)) % 5
     test = [cases[i] for i in np.flatnonzero(fold_of == 0)][:args.cases]
-    model, localizer = load_contourer(), load_localizer()
+    model, localizer = load_contourer(args.model), load_localizer()
     empty_ok = empty_n = 0
     dice: dict[str, list[float]] = {o: [] for o in organs}
     wrong: dict[str, int] = {o: 0 for o in organs}
+    wrong_voxels: list[int] = []  # how many voxels an organ absent from the slab was given, where it got some
     for case in test:
         scan, labels = read_scan(case.scan), np.asarray(read_image(case.labels).array)
         nz = scan.array.shape[0]
@@ -62,10 +64,13 @@ def main() -> None:
                     empty_n += 1
                     empty_ok += not out.any()
                     wrong[organ] += bool(out.any())
+                    if out.any():
+                        wrong_voxels.append(int(out.sum()))
                 else:
                     dice[organ].append(2 * np.sum(ref & out) / (ref.sum() + out.sum()))
     print(f"{len(test)} scans, 2 slabs each: organs absent from the slab given no voxel: {empty_ok}/{empty_n} "
-          f"({empty_ok / max(empty_n, 1):.1%}); wrongly labelled per organ: {wrong}")
+          f"({empty_ok / max(empty_n, 1):.1%}); wrongly labelled per organ: {wrong}; their voxels: "
+          f"{sorted(wrong_voxels)}")
     print("Dice of the organs in view: " + ", ".join(f"{o} {np.mean(v):.3f} (n={len(v)})" for o, v in dice.items()
                                                      if v))
 
