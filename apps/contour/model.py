@@ -163,6 +163,9 @@ class OrganContourer(EntangledForest):
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
         same training scans).
+    image_windows : tuple of (lo, hi) HU pairs
+        As for `EntangledForest`; by default the CT's air, soft-tissue and bone windows (`CT_WINDOWS_HU`). Model
+        files saved before windows existed load with none.
     other parameters
         As for `EntangledForest`.
     """
@@ -179,21 +182,19 @@ class OrganContourer(EntangledForest):
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
                  posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, n_trees: int = 8, max_depth: int = 16,
-                 entangled_depths=(),
-                 n_candidates: int = 100, n_thresholds: int | None = 16, criterion: str = "entropy",
-                 class_weight=None, bootstrap: bool = False, max_samples=None, min_samples_split: int = 2,
-                 min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0, box_size_mm=(3.0, 30.0),
-                 context_share: float = 0.5, mean_share: float = 0.5, local_share: float = 0.5,
-                 image_windows=CT_WINDOWS_HU,
-                 prior_maps: bool = True, random_state=None, n_jobs: int | None = None) -> None:
+                 entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
+                 criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
+                 min_samples_split: int = 2, min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0,
+                 box_size_mm=(3.0, 30.0), context_share: float = 0.5, mean_share: float = 0.5,
+                 local_share: float = 0.5, image_windows=CT_WINDOWS_HU, prior_maps: bool = True,
+                 random_state=None, n_jobs: int | None = None) -> None:
         super().__init__(n_trees, max_depth=max_depth, entangled_depths=entangled_depths,
                          n_candidates=n_candidates, n_thresholds=n_thresholds, criterion=criterion,
                          class_weight=class_weight, bootstrap=bootstrap, max_samples=max_samples,
                          min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, min_gain=min_gain,
                          max_offset_mm=max_offset_mm, box_size_mm=box_size_mm, context_share=context_share,
                          mean_share=mean_share, local_share=local_share, image_windows=image_windows,
-                         prior_maps=prior_maps,
-                         random_state=random_state, n_jobs=n_jobs)
+                         prior_maps=prior_maps, random_state=random_state, n_jobs=n_jobs)
         self.organs = organs
         self.margin_mm = margin_mm
         self.crop_mm = crop_mm
