@@ -479,7 +479,9 @@ class EntangledForest(ClassificationForest):
     def _at_points(self, images, points, regions, priors, read) -> np.ndarray:
         self.check_fitted()
         images = self._images(images)
-        stack = self._stack(images, 0)
+        # the points are checked against the images' shapes alone: each image's own tables (windows, maps) are
+        # built once, by `_image_leaves`
+        stack = ImageStack.from_images(images, integral=False)
         pts = check_points(points, stack)
         regions = [None] * len(images) if regions is None else list(regions)
         if len(regions) != len(images):
