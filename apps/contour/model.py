@@ -403,9 +403,10 @@ class OrganContourer(EntangledForest):
         if np.any(smoothness > 0):
             share = post / np.maximum(post.sum(axis=0), 1e-12)
             guide = np.clip(crop.array.astype(np.float32), *CUT_WINDOW_HU)[..., None]
+            spacing_zyx = np.asarray(crop.spacing, dtype=np.float64)[::-1]
             for k in np.flatnonzero(smoothness > 0):
-                cut_organ(crop_labels, k + 1, share[k + 1], near[k] & mask, guide,
-                          np.asarray(crop.spacing, dtype=np.float64)[::-1], float(smoothness[k]))
+                cut_organ(crop_labels, k + 1, share[k + 1], near[k] & mask, guide, spacing_zyx,
+                          float(smoothness[k]))
         if self.largest_component:
             crop_labels = keep_largest(crop_labels, len(self.organs))
         return crop_labels, post

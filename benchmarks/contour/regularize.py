@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AXIAL_ONLY, _boxes_from_cache, localizer_boxes
+from benchmarks.contour.cross_validate import AXIAL_ONLY, fold_localizer_boxes, localizer_boxes
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.model import OrganContourer
 from imageforest.imaging.ct import read_scan
@@ -61,9 +61,9 @@ def main() -> None:
     if args.split == "validation":
         given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
                                 Path("bench_out/contour_localizer_boxes.json"))
-    else:
-        cache = json.loads(Path("bench_out/contour_fold0_localizer_boxes.json").read_text())
-        given = _boxes_from_cache(cache["boxes"])
+    else:  # the cached boxes of the localizer grown on the forest's training scans (grown here if missing)
+        given = fold_localizer_boxes(cases, scans, organs, pool[:args.train_cases], used,
+                                     Path("bench_out/contour_fold0_localizer_boxes.json"))
     model = OrganContourer.load(args.model)
     grid = [float(v) for v in args.grid.split(",")]
     if args.per_organ:
