@@ -159,6 +159,12 @@ class OrganContourer(EntangledForest):
         Strength of a final contrast-sensitive graph cut of each organ against the rest (Boykov and Jolly 2001),
         inside the organ's widened box, on its weighed posterior share with the CT in a soft-tissue window as the
         contrast guide; 0 keeps the arg-max. Voxels another organ holds stay with it.
+    min_expected_share : float
+        An organ whose contour holds fewer voxels than this share of the count its box atlas expects inside the
+        scan (the atlas summed over the voxels of the scan around its box) gets none and is reported absent: a
+        gland that is not the organ, found in a box the localizer placed on a slab that misses the organ, is
+        much smaller than the organ; an organ cut by the scan's edge expects fewer voxels too, so it is kept.
+        0 turns the check off; it needs the box atlas.
     prior_maps : bool
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
@@ -176,12 +182,14 @@ class OrganContourer(EntangledForest):
         "crop_mm": Real(0.0, 500.0), "jitter_mm": Real(0.0, 100.0), "organ_points": Integer(1, 1_000_000),
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
-        "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0)}
+        "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0),
+        "min_expected_share": Real(0.0, 1.0)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, n_trees: int = 8, max_depth: int = 16,
+                 posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.0,
+                 n_trees: int = 8, max_depth: int = 16,
                  entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
                  criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0,
@@ -207,6 +215,7 @@ class OrganContourer(EntangledForest):
         self.atlas_bins = atlas_bins
         self.posterior_smoothing_mm = posterior_smoothing_mm
         self.cut_smoothness = cut_smoothness
+        self.min_expected_share = min_expected_share
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -215,6 +224,7 @@ class OrganContourer(EntangledForest):
         hyper.setdefault("posterior_smoothing_mm", 0.0)  # saved before the setting existed: predict as they did
         hyper.setdefault("prior_maps", False)
         hyper.setdefault("cut_smoothness", 0.0)
+        hyper.setdefault("min_expected_share", 0.0)
         for key in ("background_scale", "prior_weight", "cut_smoothness"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
@@ -387,12 +397,12 @@ class OrganContourer(EntangledForest):
         """Labels of the crop (z, y, x) uint8 and the weighed posteriors (K, z, y, x) from the forest's: each organ
         inside its widened box, times the box atlas (`prior`, when the caller has read it already), divided by its
         background scale; arg-max, each organ's graph cut where `cut_smoothness` asks for one, then each organ's
-        largest component."""
+        largest component; organs far smaller than their atlas expects are dropped (`min_expected_share`)."""
         post = forest_post.copy()
         near = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= near
         weight = self._per_organ(self.prior_weight, "prior_weight")
-        if prior is None and np.any(weight > 0):
+        if prior is None and (np.any(weight > 0) or self.min_expected_share > 0):
             prior = self.box_prior(crop, boxes)
         if prior is not None:
             post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
@@ -409,6 +419,8 @@ class OrganContourer(EntangledForest):
                           float(smoothness[k]))
         if self.largest_component:
             crop_labels = keep_largest(crop_labels, len(self.organs))
+        if self.min_expected_share > 0 and prior is not None:
+            drop_unexpected(crop_labels, prior, float(self.min_expected_share))
         return crop_labels, post
 
     def _name(self, label: int) -> str:
@@ -525,6 +537,15 @@ def cut_organ(labels: np.ndarray, label: int, share: np.ndarray, where: np.ndarr
     cut = graph_cut(posterior, guide[box], spacing, smoothness, fixed=fixed)
     own[free & (cut == 1)] = label
     own[free & (cut == 0)] = 0
+
+
+def drop_unexpected(labels: np.ndarray, prior: np.ndarray, share: float) -> None:
+    """Clear, in place, each organ k + 1 of `labels` (z, y, x) whose voxels number fewer than `share` times the sum
+    of its atlas map `prior[k]` (K, z, y, x) over the same voxels."""
+    counts = np.bincount(labels.ravel(), minlength=len(prior) + 1)[1:]
+    expected = prior.reshape(len(prior), -1).sum(axis=1, dtype=np.float64)
+    for k in np.flatnonzero((counts > 0) & (counts < share * expected)):
+        labels[labels == k + 1] = 0
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The recipe of the default model shipped in `apps/contour/models/hn_contours.npz` (settings: `recipe.py`).
 
     python -m imageforest.apps.contour.scripts.train_default [../shared/data/openkbp-hn] [--cv-json RESULTS.json]
-        [--card-only | --atlas-only]
+        [--card-only | --atlas-only | --settings-only]
 
 Trains on every case of the openkbp-hn folder (203 head-and-neck CTs with clinical contours of 7 organs) with the
 recipe and a fixed seed, so the same data gives the same bytes. With `--cv-json` (the output of
@@ -9,7 +9,8 @@ recipe and a fixed seed, so the same data gives the same bytes. With `--cv-json`
 `--atlas-only` the existing model keeps its forest and gets the box atlas (counted with the same draws as a full
 training) and the recipe's prediction settings (`background_scale`, `prior_weight`, `posterior_smoothing_mm`):
 the forest, atlas and settings a full training with this recipe gives (only the card's training time differs), in
-minutes instead of an hour.
+minutes instead of an hour. With `--settings-only` it keeps its forest and atlas and takes the recipe's
+prediction settings alone (those that act after the forest and need no count, all but `atlas_bins`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from imageforest.imaging.ct_organs import openkbp_cases
 
 NAME = "openkbp-hn-7-organ-contours"
 # Settings that act after the forest (a model trained before they changed takes them with --atlas-only)
-PREDICTION_SETTINGS = ("background_scale", "prior_weight", "atlas_bins", "posterior_smoothing_mm")
+PREDICTION_SETTINGS = ("background_scale", "prior_weight", "atlas_bins", "posterior_smoothing_mm", "cut_smoothness",
+                       "min_expected_share")
 VERSION = "1"
 SEED = 0
 
@@ -65,9 +67,18 @@ def main() -> None:
                     help="only add --cv-json's scores to the model card of the existing --out model")
     ap.add_argument("--atlas-only", action="store_true",
                     help="give the existing --out model the box atlas and the recipe's prediction settings")
+    ap.add_argument("--settings-only", action="store_true",
+                    help="give the existing --out model the recipe's prediction settings, forest and atlas kept")
     args = ap.parse_args()
     if args.card_only:
         model = OrganContourer.load(args.out)
+    elif args.settings_only:
+        model = OrganContourer.load(args.out)
+        recipe = recipe_for(model.organs)
+        for key in PREDICTION_SETTINGS:
+            if key != "atlas_bins":  # the atlas was counted in its bins
+                setattr(model, key, recipe[key])
+        model.model_card_["parameters"] = model.saved_hyper_parameters()
     elif args.atlas_only:
         from imageforest.apps.contour.training import read_case
 

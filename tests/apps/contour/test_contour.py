@@ -446,3 +446,46 @@ def test_cut_smoothness_in_contouring_and_the_model_file(trained, tmp_path):
     with pytest.raises(InvalidInputError, match="cut_smoothness"):
         OrganContourer(ORGANS, **{**SMALL, "cut_smoothness": (1.0, 2.0)}).fit_scans(
             [c[0] for c in cases[:2]], [np.asarray(c[1].array) for c in cases[:2]], [c[2] for c in cases[:2]])
+
+
+def test_drop_unexpected_clears_organs_far_smaller_than_their_atlas_expects():
+    from imageforest.apps.contour.model import drop_unexpected
+
+    labels = np.zeros((4, 10, 10), np.uint8)
+    labels[0, 0, :5] = 1  # 5 voxels where the atlas expects 4 * 10 * 10 * 0.1 = 40
+    labels[1:3, 2:6, 2:6] = 2  # 32 voxels where it expects 40
+    prior = np.full((3, *labels.shape), 0.1, np.float32)
+    drop_unexpected(labels, prior, 0.5)
+    assert not (labels == 1).any() and (labels == 2).sum() == 32 and not (labels == 3).any()
+    drop_unexpected(labels, prior, 0.9)
+    assert not labels.any()
+
+
+def test_min_expected_share_reports_small_organs_absent(trained, tmp_path):
+    _, model, cases = trained
+    ct, _, boxes = cases[4]
+    post, where = model.forest_posteriors(ct, boxes)
+    plain = model.labels_from_posteriors(post, where).labels.array
+    strict = OrganContourer(ORGANS, **SMALL)
+    strict.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    # The phantom's coarse atlas expects less than its blurred two-voxel organs hold; a bolder one expects more
+    strict.box_atlas_ = np.minimum(4 * model.box_atlas_, 1).astype(np.float32)
+    counts = np.bincount(plain.ravel(), minlength=len(ORGANS) + 1)[1:]
+    ratio = counts / strict.box_prior(where.crop, boxes).reshape(len(ORGANS), -1).sum(axis=1)
+    share = float(np.mean(np.sort(ratio)[2:4]))  # between the third and the fourth: three organs fall below
+    assert 0 < share < 1
+    strict.min_expected_share = share
+    got = strict.labels_from_posteriors(post, where).labels.array
+    for k in range(len(ORGANS)):
+        kept = (got == k + 1).any()
+        assert kept == (ratio[k] >= share), (k, ratio[k], share)
+        if kept:
+            assert np.array_equal(got == k + 1, plain == k + 1)
+    assert sum((got == k + 1).any() for k in range(len(ORGANS))) == len(ORGANS) - 3
+    strict.model_card_ = {"name": "strict", "version": "0"}
+    strict.save(tmp_path / "strict.npz")
+    assert OrganContourer.load(tmp_path / "strict.npz").min_expected_share == share
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).min_expected_share == 0.0
+    with pytest.raises(InvalidInputError, match="min_expected_share"):
+        OrganContourer(ORGANS, **{**SMALL, "min_expected_share": 2.0}).fit_scans(
+            [c[0] for c in cases[:2]], [np.asarray(c[1].array) for c in cases[:2]], [c[2] for c in cases[:2]])
