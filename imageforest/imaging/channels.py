@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.exceptions import InvalidInputError
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
 
 N_BINS = 9
 BASE_NAMES = ("L", "a", "b", "|dx|", "|dy|", "|dxx|", "|dyy|", *(f"orientation_{k}" for k in range(N_BINS)))
@@ -81,7 +83,37 @@ def hough_channels(rgb: np.ndarray, window: int = 5) -> np.ndarray:
         base[7 + k] = ndimage.uniform_filter(np.where(bins == k, magnitude, 0.0).astype(np.float32), window,
                                              mode="nearest") * np.float32(window * window)
     out = np.empty((N_CHANNELS, *L.shape), dtype=np.float32)
-    for k in range(len(BASE_NAMES)):
-        out[k] = ndimage.minimum_filter(base[k], window, mode="nearest")
-        out[len(BASE_NAMES) + k] = ndimage.maximum_filter(base[k], window, mode="nearest")
+    run_ranges(_min_max_range, len(BASE_NAMES), base, window, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _min_max_range(k0, k1, base, window, out):  # pragma: no cover - numba
+    """Minimum (into out[k]) and maximum (into out[n + k]) of base[k] (n, h, w) over window x window pixels, border
+    pixels repeated (scipy's `minimum_filter` / `maximum_filter` with mode "nearest"), for channels k0..k1: one
+    pass for both, rows then columns, since the square's extremes are the extremes of its rows' extremes."""
+    n, h, w = base.shape
+    before = window // 2
+    after = window - 1 - before
+    lo = np.empty((h, w), dtype=np.float32)
+    hi = np.empty((h, w), dtype=np.float32)
+    for k in range(k0, k1):
+        for y in range(h):
+            for x in range(w):
+                v = base[k, y, x]
+                a, b = v, v
+                for d in range(-before, after + 1):
+                    u = base[k, y, min(max(x + d, 0), w - 1)]
+                    a = min(a, u)
+                    b = max(b, u)
+                lo[y, x] = a
+                hi[y, x] = b
+        for y in range(h):
+            for x in range(w):
+                out[k, y, x] = lo[y, x]
+                out[n + k, y, x] = hi[y, x]
+            for d in range(-before, after + 1):
+                yy = min(max(y + d, 0), h - 1)
+                for x in range(w):
+                    out[k, y, x] = min(out[k, y, x], lo[yy, x])
+                    out[n + k, y, x] = max(out[n + k, y, x], hi[yy, x])
