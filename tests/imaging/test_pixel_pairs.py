@@ -49,6 +49,21 @@ def test_hough_channels_shape_and_meaning():
     assert dx_max[15, 20] > 10 and dy_max[15, 20] < 1e-3
 
 
+@pytest.mark.parametrize("window", [1, 4, 5, 6])
+def test_hough_channels_min_max_are_scipys_filters(window):
+    from scipy import ndimage
+
+    rgb = np.random.default_rng(window).random((23, 31, 3)).astype(np.float32)
+    ch = hough_channels(rgb, window)
+    from skimage.color import rgb2lab
+
+    # the first base channel is scikit-image's L*: its min and max channels are scipy's filters of it, borders and
+    # even windows included
+    L = rgb2lab(rgb).astype(np.float32)[..., 0]
+    assert np.array_equal(ch[0], ndimage.minimum_filter(L, window, mode="nearest"))
+    assert np.array_equal(ch[16], ndimage.maximum_filter(L, window, mode="nearest"))
+
+
 def test_as_rgb_accepts_colour_and_refuses_grey():
     assert as_rgb(np.full((4, 5, 4), 255, np.uint8)).max() == 1.0
     assert as_rgb(np.full((4, 5, 3), 128.0)).max() == pytest.approx(128 / 255)
