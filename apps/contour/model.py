@@ -188,7 +188,7 @@ class OrganContourer(EntangledForest):
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
-                 posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.0,
+                 posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.05,
                  n_trees: int = 8, max_depth: int = 16,
                  entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
                  criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
