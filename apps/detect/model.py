@@ -199,6 +199,10 @@ class HoughForestDetector(BaseForest):
     viewpoint_share : float
         Probability that a node reduces the viewpoint uncertainty of the object patches, when viewpoints are given;
         the other nodes divide as `offset_share` says.
+    view_radius : float
+        A detection's viewpoint is read from the votes that land within this many object sizes of its maximum
+        (at the scale it was found): the votes nearest the centre come from patches whose leaves placed the
+        object well, and a wider disc gathers votes of the car's other views.
     flip : bool
         Also train on every training image mirrored left to right (its viewpoints mirrored with it).
     object_sizes : (2,) floats or None
@@ -232,7 +236,8 @@ class HoughForestDetector(BaseForest):
         "max_depth": Integer(1, 64), "n_thresholds": Integer(1, 1000), "min_samples_leaf": Integer(1),
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
-        "viewpoint_bins": Integer(0, 72), "viewpoint_share": Real(0.0, 1.0), "flip": Boolean(),
+        "viewpoint_bins": Integer(0, 72), "viewpoint_share": Real(0.0, 1.0), "view_radius": Real(0.0, 1.0),
+        "flip": Boolean(),
         "object_sizes": RealEach(1e-3, 10.0, allow_none=True),
         "smoothing": Real(0.0, 100.0), "vote_stride": Integer(1, 8), "nms_iou": Real(0.0, 1.0),
         "nms_inside": Real(0.0, 1.0),
@@ -251,7 +256,8 @@ class HoughForestDetector(BaseForest):
                  patches_per_image: int = 400, offset_share: float = 0.5, max_leaf_votes: int = 64,
                  n_scales: int = 5, smoothing: float = 2.5, vote_stride: int = 1, nms_iou: float = 0.3,
                  nms_inside: float = 0.6,
-                 viewpoint_bins: int = 0, viewpoint_share: float = 0.3, flip: bool = False,
+                 viewpoint_bins: int = 0, viewpoint_share: float = 0.3, view_radius: float = 0.06,
+                 flip: bool = False,
                  object_sizes: tuple[float, float] | None = None, variant: str = "hough",
                  loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
@@ -271,6 +277,7 @@ class HoughForestDetector(BaseForest):
         self.nms_inside = nms_inside
         self.viewpoint_bins = viewpoint_bins
         self.viewpoint_share = viewpoint_share
+        self.view_radius = view_radius
         self.flip = flip
         self.object_sizes = object_sizes
         self.variant = variant
@@ -570,7 +577,8 @@ class HoughForestDetector(BaseForest):
             keep = non_maximum_suppression(b, np.asarray(scores), self.nms_iou, self.nms_inside)
             chosen = [int(i) for i in keep if scores[i] >= thr][:MAX_DETECTIONS]
         t2 = time.perf_counter()
-        views = self._viewpoints(casts, set(chosen), radius) if self.knows_viewpoints else {}
+        view_radius = max(1, round(float(self.view_radius) * self.object_size))
+        views = self._viewpoints(casts, set(chosen), view_radius) if self.knows_viewpoints else {}
         dets = [Detection(b[i].tolist(), scores[i], found_at[i], views.get(i)) for i in chosen]
         return DetectionResult(dets, houghs if keep_hough else None, [float(s) for s in factors],
                                {"vote": (t1 - t0) + (time.perf_counter() - t2), "suppress": t2 - t1})

@@ -247,3 +247,27 @@ def test_crops_alone_cannot_say_how_large_objects_are():
     background = [np.random.default_rng(9).random((80, 80, 3))]
     with pytest.raises(InvalidInputError, match="object_sizes"):
         HoughForestDetector(2, max_depth=4, patches_per_image=20).fit(crops, boxes, background)
+
+
+def test_view_radius_sets_the_disc_the_viewpoint_is_read_from(car_model, held_cars, tmp_path, monkeypatch):
+    import imageforest.apps.detect.model as detector_module
+    from imageforest.apps.detect.datasets import open_box_folder
+    from imageforest.apps.detect.model import HoughForestDetector
+    from imageforest.exceptions import InvalidInputError
+
+    model = HoughForestDetector.load(car_model)
+    assert model.view_radius == 0.06  # files saved before the setting read their viewpoints as new ones do
+    model.view_radius = 0.25
+    model.save(tmp_path / "wide.npz")
+    wide = HoughForestDetector.load(tmp_path / "wide.npz")
+    assert wide.view_radius == 0.25
+
+    radii = []
+    real = detector_module.peak_viewpoints
+    monkeypatch.setattr(detector_module, "peak_viewpoints", lambda *a: radii.append(a[-1]) or real(*a))
+    data = open_box_folder(held_cars)
+    rgb, _ = data.load(data.names[0])
+    assert wide.detect(rgb, threshold=0.0).detections[0].viewpoint is not None
+    assert radii and set(radii) == {round(0.25 * wide.object_size)}
+    with pytest.raises(InvalidInputError, match="view_radius"):
+        HoughForestDetector(view_radius=2.0).fit([rgb], [np.array([[0, 0, 10, 10]])])
