@@ -168,9 +168,22 @@ def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=Non
         columns.extend((g - (n - 1) / 2.0) * float(s) for g, n, s in zip(grids, shape, spacing, strict=True))
     else:
         columns.extend(g * (100.0 / max(shape if tile is None else tile.whole_shape)) for g in grids)
-    out = np.empty((int(np.prod(shape)), len(columns)), dtype=np.float32)
-    for k, col in enumerate(columns):
-        out[:, k] = np.ravel(col)
+    return interleave([np.ravel(col) for col in columns])
+
+
+# Rows of the feature matrix filled per block: a block of every column (65,536 x 33 float32 = 8.6 MB for RGB)
+# stays in cache while it is interleaved, where filling one column at a time strides through the whole matrix
+# once per column (4x slower on a 1152 x 1152 tile).
+INTERLEAVE_ROWS = 1 << 16
+
+
+def interleave(flat: list[np.ndarray]) -> np.ndarray:
+    """(n, len(flat)) float32 matrix whose k-th column is flat[k], each (n,)."""
+    n = flat[0].size
+    out = np.empty((n, len(flat)), dtype=np.float32)
+    for b0 in range(0, n, INTERLEAVE_ROWS):
+        b1 = min(b0 + INTERLEAVE_ROWS, n)
+        np.stack([f[b0:b1] for f in flat], axis=1, out=out[b0:b1])
     return out
 
 
