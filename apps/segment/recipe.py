@@ -9,5 +9,7 @@ forest settings. Plain dicts: importing them costs nothing, which keeps the comm
 """
 
 FOREST = {"n_trees": 20, "max_depth": 12, "min_samples_leaf": 3}
-PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness": 50.0}
-VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.25}
+PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness": 50.0, "colour_weight": 0.3,
+           "colour_rounds": 3}
+VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.25,
+          "colour_weight": 0.0, "colour_rounds": 0}

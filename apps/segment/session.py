@@ -15,7 +15,12 @@ part through the image's own geometry):
    every edge crossed (`imageforest.imaging.geodesic`); p_g(k) is proportional to 1 / D_k;
 3. the two are pooled log-linearly, p proportional to p_g^a p_f^(1 - a) (a = `geodesic_weight`);
 4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
-5. uncertainty is the pooled posterior's entropy; `suggest` proposes the centres of the most uncertain regions
+5. colour models re-estimated from the cut (GrabCut's iterations; Rother, Kolmogorov and Blake 2004): each class's
+   colours in the last labels are fitted by a mixture of Gaussians, whose class posterior p_c is pooled with
+   step 3's, p' proportional to p^(1 - c) p_c^c (c = `colour_weight`), and the cut runs again, `colour_rounds`
+   times. The forest and the geodesic distances know only the strokes; the colour models know every pixel the
+   cut gave the class, which fills regions the strokes never reached;
+6. uncertainty is the pooled posterior's entropy; `suggest` proposes the centres of the most uncertain regions
    not yet scribbled (active learning, sec. 7.4).
 
 Starting from an automatic result (`set_init`: a label map such as `imageforest contour`'s, 0 = background): the
@@ -42,6 +47,7 @@ from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, Segment
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import run_ranges
+from imageforest.imaging.colour_models import class_colour_posterior
 from imageforest.imaging.geodesic import geodesic_distances
 from imageforest.imaging.regularize import contrast_weights, graph_cut
 from imageforest.kernels import njit
@@ -69,16 +75,23 @@ class SegmentationSession:
     gamma : weight of intensity change in geodesic path lengths (per unit of L* or stretched intensity)
     smoothness : graph-cut boundary weight (0: no regularisation); None: 50 for pictures, 0 for volumes (on CT at
         4-5 mm a cut's boundary cost outweighs small organs' evidence and shrinks them to their scribbles)
+    colour_weight : c, the re-estimated colour models' share of the pooled posterior (0: none); None: the
+        recipe's for pictures, 0 for volumes
+    colour_rounds : how many times the colour models are re-estimated and the cut run again; None: the recipe's
     max_training_pixels : scribbled pixels the forest is grown on at most
     """
 
     def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
                  geodesic_weight: float | None = None, gamma: float = 1.0, smoothness: float | None = None,
-                 max_training_pixels: int = 20000) -> None:
+                 max_training_pixels: int = 20000, colour_weight: float | None = None,
+                 colour_rounds: int | None = None) -> None:
         for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, 1e3),
-                                 ("smoothness", smoothness, MAX_SMOOTHNESS)):
+                                 ("smoothness", smoothness, MAX_SMOOTHNESS), ("colour_weight", colour_weight, 1.0)):
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= top):
                 raise InvalidInputError(f"{name} must be a number in [0, {top}], got {value!r}")
+        if colour_rounds is not None and not (isinstance(colour_rounds, (int, np.integer))
+                                              and 0 <= colour_rounds <= 10):
+            raise InvalidInputError(f"colour_rounds must be an integer in [0, 10], got {colour_rounds!r}")
         if not (isinstance(max_training_pixels, int) and max_training_pixels >= 2):
             raise InvalidInputError(f"max_training_pixels must be an integer >= 2, got {max_training_pixels!r}")
         t0 = time.perf_counter()
@@ -93,6 +106,9 @@ class SegmentationSession:
         self.geodesic_weight = float(geodesic_weight)
         self.gamma = float(gamma)
         self.smoothness = float(smoothness)
+        recipe = VOLUME if volume else PICTURE
+        self.colour_weight = float(recipe["colour_weight"] if colour_weight is None else colour_weight)
+        self.colour_rounds = int(recipe["colour_rounds"] if colour_rounds is None else colour_rounds)
         self.max_training_pixels = max_training_pixels
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
         self.init: np.ndarray | None = None
@@ -175,7 +191,8 @@ class SegmentationSession:
                 return done.value
 
     def update_steps(self) -> Generator[str, None, Segmentation]:
-        """`update` as a generator that yields the name of each step it finished ("forest", "geodesic") and
+        """`update` as a generator that yields the name of each step it finished ("forest", "geodesic", and
+        "graph_cut" when colour rounds follow) and
         returns the segmentation: a background worker (the napari plugin's) can stop between steps when a newer
         stroke makes this update stale. Scribbles are read once, at the start."""
         flat = self.scribbles.ravel().copy()
@@ -213,9 +230,23 @@ class SegmentationSession:
         if self.smoothness > 0 and (self._edges is None or self._edges[0] != self.smoothness):
             self._edges = (self.smoothness, contrast_weights(self.prepared.guide, self.prepared.spacing,
                                                              self.smoothness))
+        edges = self._edges[1] if self._edges else None
         idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
-                        self.smoothness, fixed.reshape(grid), edges=self._edges[1] if self._edges else None)
-        timing["graph_cut"] = time.perf_counter() - t2
+                        self.smoothness, fixed.reshape(grid), edges=edges)
+        t3 = time.perf_counter()
+        timing["graph_cut"] = t3 - t2
+        if self.colour_weight > 0 and self.colour_rounds > 0:
+            yield "graph_cut"
+            colours = self.prepared.guide.reshape(-1, self.prepared.n_channels)
+            strokes = pooled  # each round pools the newest colour models with the strokes' posterior, once
+            for _ in range(self.colour_rounds):
+                p_colour = class_colour_posterior(colours, np.asarray(idx).ravel(), classes.size)
+                pooled = pool_log_linear(strokes, p_colour, self.colour_weight)
+                if self.locked:
+                    pooled = self._apply_locks(pooled, classes, fixed)
+                idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
+                                self.smoothness, fixed.reshape(grid), edges=edges)
+            timing["colour"] = time.perf_counter() - t3
         shape = self.shape
         labels = classes[idx].ravel()
         if self.init is not None:  # back to the init's numbering: organs not scribbled keep their voxels
@@ -364,6 +395,18 @@ class SegmentationSession:
         forest = self._new_forest()
         forest.smoothness = self.smoothness
         return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
+
+
+def pool_log_linear(p: np.ndarray, q: np.ndarray, weight: float) -> np.ndarray:
+    """(n, K) float32 posterior proportional to p^(1 - weight) q^weight, both floored at 1e-6 (no single cue
+    vetoes a class)."""
+    low = np.float32(np.log(1e-6))
+    log_p = ((1.0 - weight) * np.maximum(np.log(np.maximum(p, 1e-30)), low)
+             + weight * np.maximum(np.log(np.maximum(q, 1e-30)), low)).astype(np.float32)
+    log_p -= log_p.max(axis=1, keepdims=True)
+    out = np.exp(log_p)
+    out /= out.sum(axis=1, keepdims=True)
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -195,3 +195,52 @@ def test_a_locked_class_keeps_its_pixels_until_unlocked():
         session.lock(9)
     with pytest.raises(InvalidInputError, match=">= 1"):
         session.lock(0)
+
+
+def two_blobs() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A red blob on each side of a green picture; the foreground stroke lies in the left one only and background
+    strokes fence in the right one. Returns the picture, the strokes and the two blobs' masks."""
+    rng = np.random.default_rng(0)
+    h, w = 60, 120
+    yy, xx = np.mgrid[:h, :w]
+    left = (yy - 30) ** 2 + (xx - 25) ** 2 < 15 ** 2
+    right = (yy - 30) ** 2 + (xx - 95) ** 2 < 12 ** 2
+    img = np.zeros((h, w, 3))
+    img[:] = (40, 120, 40)
+    img[left | right] = (200, 60, 60)
+    img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255).astype(np.uint8)
+    scr = np.zeros((h, w), np.uint8)
+    scr[28:32, 18:32] = 1
+    scr[5:8, 40:115] = 2
+    scr[52:55, 40:115] = 2
+    scr[10:50, 75:78] = 2
+    return img, scr, left, right
+
+
+def test_colour_rounds_reach_a_region_no_stroke_reaches():
+    img, scr, left, right = two_blobs()
+    plain = SegmentationSession(img, colour_weight=0.0)
+    plain.set_scribbles(scr)
+    result = plain.update()
+    # the background strokes fence the right blob in: the geodesic term gives it to the background
+    assert np.mean(result.labels[right] == 1) < 0.1 and "colour" not in result.timing_s
+    session = SegmentationSession(img, colour_weight=0.3, colour_rounds=2)
+    session.set_scribbles(scr)
+    result = session.update()
+    # the foreground's colour model, fitted to the left blob the cut gave it, claims the right one
+    assert np.mean(result.labels[right] == 1) > 0.9 and np.mean(result.labels[left] == 1) > 0.9
+    assert np.mean(result.labels[~(left | right)] == 2) > 0.97
+    assert np.all(result.labels[scr > 0] == scr[scr > 0]) and result.timing_s["colour"] > 0
+    assert np.allclose(result.probabilities.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_colour_settings_default_by_image_kind_and_are_checked(picture, ball_volume):
+    from imageforest.apps.segment.recipe import PICTURE
+
+    session = SegmentationSession(picture[0])
+    assert (session.colour_weight, session.colour_rounds) == (PICTURE["colour_weight"], PICTURE["colour_rounds"])
+    assert SegmentationSession(ball_volume[0], spacing=(2.0, 1.0, 1.0)).colour_weight == 0.0
+    with pytest.raises(InvalidInputError, match="colour_weight"):
+        SegmentationSession(picture[0], colour_weight=1.5)
+    with pytest.raises(InvalidInputError, match="colour_rounds"):
+        SegmentationSession(picture[0], colour_rounds=-1)

@@ -1,0 +1,178 @@
+"""Colour models of image regions: a Gaussian mixture per class, fitted to the pixels a segmentation gives it.
+
+GrabCut's appearance model (Rother, Kolmogorov and Blake, "GrabCut: interactive foreground extraction using
+iterated graph cuts", SIGGRAPH 2004): each class's colours (L*a*b* of a picture, or any channels) are described by
+a mixture of a few full-covariance Gaussians, re-estimated from the current labels. A pixel's class posterior under
+these models (equal class priors) is a global cue that a per-pixel forest grown on the scribbles alone lacks: it
+has seen every pixel the last cut gave the class, not only the strokes.
+
+Fitted by expectation-maximisation from a k-means++ start, on at most `max_pixels` pixels per class drawn with a
+fixed seed, so that a result does not depend on the machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from imageforest.exceptions import InvalidInputError
+from imageforest.forest.threads import run_ranges
+from imageforest.kernels import njit
+
+COVARIANCE_FLOOR = 1e-2  # added to each component's variances (channel units squared): no component collapses
+
+
+@dataclass(frozen=True)
+class GaussianMixture:
+    """k full-covariance Gaussians in d channels.
+
+    Attributes
+    ----------
+    weights : (k,) mixing shares, summing to 1
+    means : (k, d)
+    covariances : (k, d, d)
+    """
+
+    weights: np.ndarray
+    means: np.ndarray
+    covariances: np.ndarray
+
+    def _whitening(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """(k, d, d) inverse Cholesky factors (|L^-1 (x - mu)|^2 is the Mahalanobis distance) and the (k,)
+        log normalising constants with the log weights."""
+        chol = np.linalg.cholesky(self.covariances)
+        log_det = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        const = np.log(self.weights) - 0.5 * (log_det + d * np.log(2.0 * np.pi))
+        return np.ascontiguousarray(np.linalg.inv(chol)), const
+
+    def component_log_densities(self, x: np.ndarray) -> np.ndarray:
+        """log(weight_j N(x; mean_j, covariance_j)) of (n, d) points for every component j: (n, k) float64."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        inv, const = self._whitening(x.shape[1])
+        out = np.empty((x.shape[0], len(self.weights)))
+        run_ranges(_components_range, x.shape[0], x, np.ascontiguousarray(self.means), inv, const, out,
+                   min_per_thread=8192)
+        return out
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """log p(x) of (n, d) points, float64 (n,)."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        inv, const = self._whitening(x.shape[1])
+        out = np.empty(x.shape[0])
+        run_ranges(_log_density_range, x.shape[0], x, np.ascontiguousarray(self.means), inv, const, out,
+                   min_per_thread=8192)
+        return out
+
+
+@njit(cache=True, nogil=True)
+def _components_at(x, i, means, inv, const, comp):  # pragma: no cover - numba
+    """comp[j] = const_j - |inv_j (x_i - mean_j)|^2 / 2 for every component j."""
+    k, d = means.shape
+    for j in range(k):
+        q = 0.0
+        for a in range(d):
+            z = 0.0
+            for b in range(a + 1):  # inv_j is lower triangular
+                z += inv[j, a, b] * (x[i, b] - means[j, b])
+            q += z * z
+        comp[j] = const[j] - 0.5 * q
+
+
+@njit(cache=True, nogil=True)
+def _components_range(i0, i1, x, means, inv, const, out):  # pragma: no cover - numba
+    for i in range(i0, i1):
+        _components_at(x, i, means, inv, const, out[i])
+
+
+@njit(cache=True, nogil=True)
+def _log_density_range(i0, i1, x, means, inv, const, out):  # pragma: no cover - numba
+    comp = np.empty(means.shape[0])
+    for i in range(i0, i1):
+        _components_at(x, i, means, inv, const, comp)
+        top = comp.max()
+        out[i] = top + np.log(np.sum(np.exp(comp - top)))
+
+
+def fit_mixture(x: np.ndarray, k: int = 5, iterations: int = 10, seed: int = 0) -> GaussianMixture:
+    """A mixture of at most `k` Gaussians fitted to (n, d) points (fewer when there are fewer distinct points).
+
+    k-means++ picks the starting means, a few rounds of k-means refine them, then `iterations` rounds of EM.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise InvalidInputError(f"a colour model needs (n, d) points with n >= 1, got shape {x.shape}")
+    n, d = x.shape
+    rng = np.random.default_rng(seed)
+    k = int(max(1, min(k, n)))
+    centres = [x[rng.integers(n)]]
+    nearest = np.sum((x - centres[0]) ** 2, axis=1)
+    for _ in range(1, k):
+        total = nearest.sum()
+        if total <= 0:  # every point sits on a centre already
+            break
+        centres.append(x[rng.choice(n, p=nearest / total)])
+        nearest = np.minimum(nearest, np.sum((x - centres[-1]) ** 2, axis=1))
+    means = np.array(centres)
+    for _ in range(5):  # k-means
+        assign = np.argmin(((x[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1)
+        means = np.array([x[assign == j].mean(axis=0) if np.any(assign == j) else means[j]
+                          for j in range(len(means))])
+    resp = np.zeros((n, len(means)))
+    resp[np.arange(n), assign] = 1.0
+    floor = COVARIANCE_FLOOR * np.eye(d)
+    model = _m_step(x, resp, floor)
+    for _ in range(iterations):
+        comp = model.component_log_densities(x)
+        comp -= comp.max(axis=1, keepdims=True)
+        resp = np.exp(comp)
+        resp /= resp.sum(axis=1, keepdims=True)
+        model = _m_step(x, resp, floor)
+    return model
+
+
+def _m_step(x: np.ndarray, resp: np.ndarray, floor: np.ndarray) -> GaussianMixture:
+    """Weights, means and covariances from responsibilities (n, k); empty components are dropped."""
+    mass = resp.sum(axis=0)
+    keep = mass > 1e-9 * x.shape[0]
+    resp, mass = resp[:, keep], mass[keep]
+    means = (resp.T @ x) / mass[:, None]
+    covs = np.empty((len(mass), x.shape[1], x.shape[1]))
+    for j in range(len(mass)):
+        dev = x - means[j]
+        covs[j] = (resp[:, j, None] * dev).T @ dev / mass[j] + floor
+    return GaussianMixture(mass / mass.sum(), means, covs)
+
+
+def class_colour_posterior(colours: np.ndarray, labels: np.ndarray, n_classes: int, k: int = 5,
+                           max_pixels: int = 20000, seed: int = 0) -> np.ndarray:
+    """Each pixel's class posterior under per-class colour mixtures fitted to the pixels `labels` gives them.
+
+    Parameters
+    ----------
+    colours : (n, d) pixel colours (L*a*b*, or any channels)
+    labels : (n,) int class index 0..n_classes-1 of every pixel (a segmentation)
+    n_classes : K
+    k : Gaussians per class;  max_pixels : pixels per class the mixture is fitted on at most (a fixed draw)
+
+    Returns
+    -------
+    (n, K) float32 posteriors with equal class priors; a class without pixels gets 0 everywhere (1 / K where no
+    class has any, which cannot happen for a segmentation of the image).
+    """
+    colours = np.asarray(colours, dtype=np.float64)
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    log_p = np.full((colours.shape[0], n_classes), -np.inf)
+    for c in range(n_classes):
+        members = np.flatnonzero(labels == c)
+        if members.size == 0:
+            continue
+        if members.size > max_pixels:
+            members = np.sort(rng.choice(members, max_pixels, replace=False))
+        log_p[:, c] = fit_mixture(colours[members], k, seed=seed + c).log_density(colours)
+    top = log_p.max(axis=1, keepdims=True)
+    if not np.all(np.isfinite(top)):
+        return np.full(log_p.shape, 1.0 / n_classes, dtype=np.float32)
+    p = np.exp(log_p - top)
+    return (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
