@@ -23,8 +23,8 @@ def load_segmentation_model(path: str | Path) -> SegmentationForest:
 def segment_file(image: str | Path, scribbles: str | Path | None = None, model: str | Path | SegmentationForest |
                  None = None, *, n_trees: int | None = None, max_depth: int | None = None,
                  smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False,
-                 init: str | Path | None = None, background: int | None = None, init_weight: float | None = None
-                 ) -> tuple[Segmentation, Image, SegmentationForest | None]:
+                 init: str | Path | None = None, background: int | None = None, init_weight: float | None = None,
+                 colour_weight: float | None = None) -> tuple[Segmentation, Image, SegmentationForest | None]:
     """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
     saved `model` (a path or a loaded model); exactly one of the two.
 
@@ -48,7 +48,8 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
 
     labels = read_scribbles(scribbles, picture)
     forest = SegmentationForest.for_kind(picture.ndim == 3, n_trees=n_trees, max_depth=max_depth)
-    session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness)
+    session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness,
+                                  colour_weight=colour_weight)
     session.set_scribbles(labels)
     if init is not None:
         session.set_init(read_scribbles(init, picture, "the init"), background,

@@ -52,6 +52,9 @@ def commands() -> None:
 @click.option("--geodesic-weight", type=float, default=None,
               help="Share of the geodesic transduction in the posterior, 0: the forest alone [default: "
                    f"{PICTURE['geodesic_weight']:g} for pictures, {VOLUME['geodesic_weight']:g} for volumes].")
+@click.option("--colour-weight", type=float, default=None,
+              help="Share of the colour models re-estimated from the cut (GrabCut's iterations), 0: none [default: "
+                   f"{PICTURE['colour_weight']:g} for pictures, {VOLUME['colour_weight']:g} for volumes].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
 @click.option("--init", "init_path", type=click.Path(path_type=Path), default=None,
@@ -70,7 +73,8 @@ def commands() -> None:
 def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
-            geodesic_weight: float | None, trees: int, depth: int, init_path: Path | None, background: int | None,
+            geodesic_weight: float | None, colour_weight: float | None, trees: int, depth: int,
+            init_path: Path | None, background: int | None,
             json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
@@ -98,8 +102,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         if init_path is not None:
             raise _fail("--init belongs to one image and its scribbles, not to a batch")
         _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
-                       mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads, workers, scheduler,
-                       resume)
+                       colour_weight, mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads,
+                       workers, scheduler, resume)
         return
     if json_dir is not None:
         raise _fail("--json names a batch's folder of documents; give several images or --resume")
@@ -133,6 +137,7 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         with numba_threads(threads):
             result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
+                                                  colour_weight=colour_weight,
                                                   keep_model=save_model_path is not None, init=init_path,
                                                   background=background)
         # every output of the run moves into place together, or none does
@@ -159,7 +164,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
 
 def _segment_batch(images: list[Path], model_path: Path | None, scribbles_path: Path | None,
                    save_model_path: Path | None, smoothness: float | None, geodesic_weight: float | None,
-                   out: Path, proba: Path | None, uncertainty: Path | None, overlay: Path | None, json_dir: Path | None,
+                   colour_weight: float | None, out: Path, proba: Path | None, uncertainty: Path | None,
+                   overlay: Path | None, json_dir: Path | None,
                    threads: int | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """`segment` over a batch with one saved model: in this process or on a Dask cluster; exit code 1 when any
     image failed."""
@@ -169,7 +175,7 @@ def _segment_batch(images: list[Path], model_path: Path | None, scribbles_path: 
     if model_path is None or scribbles_path is not None:
         raise _fail("a batch applies a saved model: give --model (scribbles belong to one image)")
     for flag, given in (("--save-model", save_model_path), ("--smoothness", smoothness),
-                        ("--geodesic-weight", geodesic_weight)):
+                        ("--geodesic-weight", geodesic_weight), ("--colour-weight", colour_weight)):
         if given is not None:
             raise _fail(f"{flag} trains on scribbles; a batch applies the saved model as it is")
     check_cluster_options(workers, scheduler)

@@ -83,6 +83,10 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
     (lambda r: ["segment", r / "four_d.nii.gz", "--scribbles", r / "scribbles.png", "-o", r / "x.nii.gz"], "4-D"),
     (lambda r: ["segment", r / "nan.mha", "--scribbles", r / "scribbles.png", "-o", r / "x.nii.gz"], "NaN"),
     (lambda r: ["segment", r / "pic.png", "--model", r / "scribbles.png", "-o", r / "x.png"], ""),
+    (lambda r: ["segment", r / "pic.png", "--scribbles", r / "scribbles.png", "-o", r / "x.png",
+                "--colour-weight", "1.5"], "colour_weight"),
+    (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", r / "pic.png", "-o", r / "out",
+                "--colour-weight", "0.2"], "--colour-weight trains on scribbles"),
 ])
 def test_bad_input_is_one_line_and_exit_1(files, make_args, message):
     root, _ = files
