@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--init-smoothing-mm", type=float, default=None,
                         help="the contour model's posterior smoothing (default: the contour recipe's, as the shipped "
                              "model predicts)")
+    parser.add_argument("--colour-weight", type=float, default=None,
+                        help="the session's colour rounds' weight (default: the recipe's for volumes, none)")
     args = parser.parse_args()
     cases = sorted(args.data.glob("*_ct.nii.gz"))
     if args.fold is not None:  # the same split as benchmarks/contour/cross_validate.py
@@ -134,7 +136,8 @@ def main() -> None:
         labels = read_image(str(ct_path).replace("_ct.nii.gz", "_organs.nii.gz")).array
         scr = simulated_scribbles(labels)
         t0 = time.perf_counter()
-        session = SegmentationSession(ct)
+        session = SegmentationSession(ct, colour_weight=args.colour_weight,
+                                      colour_rounds=None if args.colour_weight is None else 2)
         t1 = time.perf_counter()
         session.set_scribbles(scr)
         result = session.update()

@@ -114,34 +114,96 @@ def fit_mixture(x: np.ndarray, k: int = 5, iterations: int = 10, seed: int = 0) 
         centres.append(x[rng.choice(n, p=nearest / total)])
         nearest = np.minimum(nearest, np.sum((x - centres[-1]) ** 2, axis=1))
     means = np.array(centres)
-    for _ in range(5):  # k-means
-        assign = np.argmin(((x[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1)
-        means = np.array([x[assign == j].mean(axis=0) if np.any(assign == j) else means[j]
-                          for j in range(len(means))])
-    resp = np.zeros((n, len(means)))
-    resp[np.arange(n), assign] = 1.0
-    floor = COVARIANCE_FLOOR * np.eye(d)
-    model = _m_step(x, resp, floor)
+    assign = np.empty(n, dtype=np.int64)
+    _k_means(x, means, 5, assign)
+    mass, first, second = _assigned_moments(x, assign, len(means))
+    model = _from_moments(mass, first, second, d)
     for _ in range(iterations):
-        comp = model.component_log_densities(x)
-        comp -= comp.max(axis=1, keepdims=True)
-        resp = np.exp(comp)
-        resp /= resp.sum(axis=1, keepdims=True)
-        model = _m_step(x, resp, floor)
+        inv, const = model._whitening(d)
+        mass, first, second = _em_moments(x, np.ascontiguousarray(model.means), inv, const)
+        model = _from_moments(mass, first, second, d)
     return model
 
 
-def _m_step(x: np.ndarray, resp: np.ndarray, floor: np.ndarray) -> GaussianMixture:
-    """Weights, means and covariances from responsibilities (n, k); empty components are dropped."""
-    mass = resp.sum(axis=0)
-    keep = mass > 1e-9 * x.shape[0]
-    resp, mass = resp[:, keep], mass[keep]
-    means = (resp.T @ x) / mass[:, None]
-    covs = np.empty((len(mass), x.shape[1], x.shape[1]))
-    for j in range(len(mass)):
-        dev = x - means[j]
-        covs[j] = (resp[:, j, None] * dev).T @ dev / mass[j] + floor
+def _from_moments(mass: np.ndarray, first: np.ndarray, second: np.ndarray, d: int) -> GaussianMixture:
+    """Weights, means and covariances from each component's weighted count (k,), sum (k, d) and sum of outer
+    products (k, d, d); empty components are dropped."""
+    keep = mass > 1e-9 * mass.sum()
+    mass, first, second = mass[keep], first[keep], second[keep]
+    means = first / mass[:, None]
+    covs = second / mass[:, None, None] - means[:, :, None] * means[:, None, :] + COVARIANCE_FLOOR * np.eye(d)
+    covs = 0.5 * (covs + np.transpose(covs, (0, 2, 1)))
     return GaussianMixture(mass / mass.sum(), means, covs)
+
+
+@njit(cache=True, nogil=True)
+def _k_means(x, means, rounds, assign):  # pragma: no cover - numba
+    """Lloyd's rounds from `means` (k, d), in place; `assign` (n,) gets each point's nearest mean."""
+    n, d = x.shape
+    k = means.shape[0]
+    for r in range(rounds):
+        sums = np.zeros((k, d))
+        counts = np.zeros(k)
+        for i in range(n):
+            best, best_j = np.inf, 0
+            for j in range(k):
+                q = 0.0
+                for a in range(d):
+                    q += (x[i, a] - means[j, a]) ** 2
+                if q < best:
+                    best, best_j = q, j
+            assign[i] = best_j
+            counts[best_j] += 1.0
+            for a in range(d):
+                sums[best_j, a] += x[i, a]
+        if r < rounds - 1:
+            for j in range(k):
+                if counts[j] > 0:
+                    for a in range(d):
+                        means[j, a] = sums[j, a] / counts[j]
+
+
+@njit(cache=True, nogil=True)
+def _assigned_moments(x, assign, k):  # pragma: no cover - numba
+    n, d = x.shape
+    mass = np.zeros(k)
+    first = np.zeros((k, d))
+    second = np.zeros((k, d, d))
+    for i in range(n):
+        j = assign[i]
+        mass[j] += 1.0
+        for a in range(d):
+            first[j, a] += x[i, a]
+            for b in range(d):
+                second[j, a, b] += x[i, a] * x[i, b]
+    return mass, first, second
+
+
+@njit(cache=True, nogil=True)
+def _em_moments(x, means, inv, const):  # pragma: no cover - numba
+    """One EM round in one pass: each point's responsibilities under the current components (E), accumulated
+    into the weighted counts, sums and outer products the next components are made of (M)."""
+    n, d = x.shape
+    k = means.shape[0]
+    mass = np.zeros(k)
+    first = np.zeros((k, d))
+    second = np.zeros((k, d, d))
+    comp = np.empty(k)
+    for i in range(n):
+        _components_at(x, i, means, inv, const, comp)
+        top = comp.max()
+        total = 0.0
+        for j in range(k):
+            comp[j] = np.exp(comp[j] - top)
+            total += comp[j]
+        for j in range(k):
+            w = comp[j] / total
+            mass[j] += w
+            for a in range(d):
+                first[j, a] += w * x[i, a]
+                for b in range(d):
+                    second[j, a, b] += w * x[i, a] * x[i, b]
+    return mass, first, second
 
 
 def class_colour_posterior(colours: np.ndarray, labels: np.ndarray, n_classes: int, k: int = 5,
