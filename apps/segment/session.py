@@ -400,13 +400,30 @@ class SegmentationSession:
 def pool_log_linear(p: np.ndarray, q: np.ndarray, weight: float) -> np.ndarray:
     """(n, K) float32 posterior proportional to p^(1 - weight) q^weight, both floored at 1e-6 (no single cue
     vetoes a class)."""
-    low = np.float32(np.log(1e-6))
-    log_p = ((1.0 - weight) * np.maximum(np.log(np.maximum(p, 1e-30)), low)
-             + weight * np.maximum(np.log(np.maximum(q, 1e-30)), low)).astype(np.float32)
-    log_p -= log_p.max(axis=1, keepdims=True)
-    out = np.exp(log_p)
-    out /= out.sum(axis=1, keepdims=True)
+    out = np.empty(p.shape, dtype=np.float32)
+    run_ranges(_pool_two_range, p.shape[0], np.ascontiguousarray(p, dtype=np.float32),
+               np.ascontiguousarray(q, dtype=np.float32), float(weight), out, min_per_thread=4096)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _pool_two_range(i0, i1, p, q, weight, out):  # pragma: no cover - numba
+    n_cls = p.shape[1]
+    low = np.log(1e-6)
+    for i in range(i0, i1):
+        top = -np.inf
+        for k in range(n_cls):
+            v = ((1.0 - weight) * max(np.log(max(p[i, k], 1e-30)), low)
+                 + weight * max(np.log(max(q[i, k], 1e-30)), low))
+            out[i, k] = v
+            top = max(top, v)
+        total = 0.0
+        for k in range(n_cls):
+            e = np.exp(out[i, k] - top)
+            out[i, k] = e
+            total += e
+        for k in range(n_cls):
+            out[i, k] /= total
 
 
 @njit(cache=True, nogil=True)

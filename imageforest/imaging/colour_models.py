@@ -222,7 +222,7 @@ def class_colour_posterior(colours: np.ndarray, labels: np.ndarray, n_classes: i
     (n, K) float32 posteriors with equal class priors; a class without pixels gets 0 everywhere (1 / K where no
     class has any, which cannot happen for a segmentation of the image).
     """
-    colours = np.asarray(colours, dtype=np.float64)
+    colours = np.ascontiguousarray(colours, dtype=np.float64)
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     log_p = np.full((colours.shape[0], n_classes), -np.inf)
@@ -230,11 +230,25 @@ def class_colour_posterior(colours: np.ndarray, labels: np.ndarray, n_classes: i
         members = np.flatnonzero(labels == c)
         if members.size == 0:
             continue
-        if members.size > max_pixels:
-            members = np.sort(rng.choice(members, max_pixels, replace=False))
+        if members.size > max_pixels:  # each pixel kept with the same chance: about max_pixels of them
+            members = members[rng.random(members.size) < max_pixels / members.size]
         log_p[:, c] = fit_mixture(colours[members], k, seed=seed + c).log_density(colours)
-    top = log_p.max(axis=1, keepdims=True)
-    if not np.all(np.isfinite(top)):
-        return np.full(log_p.shape, 1.0 / n_classes, dtype=np.float32)
-    p = np.exp(log_p - top)
-    return (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+    out = np.empty(log_p.shape, dtype=np.float32)
+    run_ranges(_normalise_rows, log_p.shape[0], log_p, out, min_per_thread=8192)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _normalise_rows(i0, i1, log_p, out):  # pragma: no cover - numba
+    """out[i] = exp(log_p[i]) / sum(exp(log_p[i])), or 1 / K where every entry is -inf."""
+    n_cls = log_p.shape[1]
+    for i in range(i0, i1):
+        top = log_p[i].max()
+        if not np.isfinite(top):
+            out[i] = 1.0 / n_cls
+            continue
+        total = 0.0
+        for k in range(n_cls):
+            total += np.exp(log_p[i, k] - top)
+        for k in range(n_cls):
+            out[i, k] = np.exp(log_p[i, k] - top) / total
