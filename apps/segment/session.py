@@ -115,6 +115,7 @@ class SegmentationSession:
         self.init_weight = INIT_WEIGHT
         self.background: int | None = None
         self.result: Segmentation | None = None
+        self.preview: np.ndarray | None = None  # the first cut's labels while an update's colour rounds run
         self.locked: dict[int, np.ndarray] = {}  # class number -> its frozen pixels (raveled bool)
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
@@ -192,9 +193,9 @@ class SegmentationSession:
 
     def update_steps(self) -> Generator[str, None, Segmentation]:
         """`update` as a generator that yields the name of each step it finished ("forest", "geodesic", and
-        "graph_cut" when colour rounds follow) and
-        returns the segmentation: a background worker (the napari plugin's) can stop between steps when a newer
-        stroke makes this update stale. Scribbles are read once, at the start."""
+        "graph_cut" when colour rounds follow, with the first cut's labels in `preview` meanwhile) and returns the
+        segmentation: a background worker (the napari plugin's) can stop between steps when a newer stroke makes
+        this update stale, and show the preview. Scribbles are read once, at the start."""
         flat = self.scribbles.ravel().copy()
         index = np.flatnonzero(flat)
         classes = np.unique(flat[index])
@@ -217,6 +218,7 @@ class SegmentationSession:
                        self.geodesic_weight, GEODESIC_FLOOR, pooled, min_per_thread=4096)
         fixed = np.full(flat.size, -1, dtype=np.int64)
         fixed[index] = np.searchsorted(classes, flat[index])
+        background, untouched = None, None
         if self.init is not None:
             background = self._init_background(classes)
             pooled, untouched = self._pool_init(pooled, classes, background)
@@ -236,6 +238,8 @@ class SegmentationSession:
         t3 = time.perf_counter()
         timing["graph_cut"] = t3 - t2
         if self.colour_weight > 0 and self.colour_rounds > 0:
+            # the first cut's labels, for a viewer to show while the colour rounds run
+            self.preview = self._labels(idx, classes, flat, untouched, background).reshape(self.shape)
             yield "graph_cut"
             colours = self.prepared.guide.reshape(-1, self.prepared.n_channels)
             strokes = pooled  # each round pools the newest colour models with the strokes' posterior, once
@@ -248,7 +252,17 @@ class SegmentationSession:
                                 self.smoothness, fixed.reshape(grid), edges=edges)
             timing["colour"] = time.perf_counter() - t3
         shape = self.shape
-        labels = classes[idx].ravel()
+        self.result = Segmentation(self._labels(idx, classes, flat, untouched, background).reshape(shape),
+                                   pooled.astype(np.float32).reshape(*shape, classes.size),
+                                   entropy(pooled).reshape(shape), classes, timing)
+        self.preview = None
+        return self.result
+
+    def _labels(self, idx, classes: np.ndarray, flat: np.ndarray, untouched: np.ndarray | None,
+                background: int | None) -> np.ndarray:
+        """(n,) labels from the cut's class indices, in the init's numbering when there is one, locked classes
+        kept."""
+        labels = classes[np.asarray(idx).ravel()]
         if self.init is not None:  # back to the init's numbering: organs not scribbled keep their voxels
             init = self.init.ravel()
             labels = np.where(labels == background, 0, labels)
@@ -259,10 +273,7 @@ class SegmentationSession:
         numbers = classes if self.init is None else np.r_[classes, self.init.max()]
         if self.locked:
             numbers = np.r_[numbers, max(self.locked)]
-        self.result = Segmentation(labels.reshape(shape).astype(label_dtype(numbers)),
-                                   pooled.astype(np.float32).reshape(*shape, classes.size),
-                                   entropy(pooled).reshape(shape), classes, timing)
-        return self.result
+        return labels.astype(label_dtype(numbers))
 
     def _apply_locks(self, pooled: np.ndarray, classes: np.ndarray, fixed: np.ndarray) -> np.ndarray:
         """The pooled posterior (n, C) with every locked class certain on its frozen pixels and impossible

@@ -244,3 +244,20 @@ def test_colour_settings_default_by_image_kind_and_are_checked(picture, ball_vol
         SegmentationSession(picture[0], colour_weight=1.5)
     with pytest.raises(InvalidInputError, match="colour_rounds"):
         SegmentationSession(picture[0], colour_rounds=-1)
+
+
+def test_the_first_cut_is_previewed_while_the_colour_rounds_run():
+    img, scr, _, right = two_blobs()
+    plain = SegmentationSession(img, colour_weight=0.0)
+    plain.set_scribbles(scr)
+    first = plain.update().labels
+    session = SegmentationSession(img, colour_weight=0.3, colour_rounds=2)
+    session.set_scribbles(scr)
+    steps = session.update_steps()
+    assert [next(steps) for _ in range(3)] == ["forest", "geodesic", "graph_cut"]
+    assert np.array_equal(session.preview, first) and session.preview.dtype == first.dtype
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    result = done.value.value  # the generator's return value rides on its StopIteration
+    assert session.preview is None and not np.array_equal(result.labels, first)
+    assert np.mean(result.labels[right] == 1) > 0.9

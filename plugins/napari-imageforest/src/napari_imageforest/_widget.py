@@ -281,11 +281,27 @@ class SegmentationWidget(QWidget):
         session = self.session
 
         def work():
-            result = yield from session.update_steps()
-            return generation, result, session.suggest(N_SUGGESTIONS)
+            steps = session.update_steps()
+            while True:
+                try:
+                    step = next(steps)
+                except StopIteration as done:
+                    return generation, done.value, session.suggest(N_SUGGESTIONS)
+                # the first cut is shown while the colour rounds refine it; a stale update stops at any step
+                yield generation, session.preview if step == "graph_cut" else None
 
         self._busy("Segmenting ...")
-        self._run(work, returned=self._updated)
+        self._run(work, returned=self._updated, yielded=self._preview)
+
+    def _preview(self, value) -> None:
+        generation, labels = value
+        if labels is None or generation != self.generation:
+            return
+        kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
+        self._set_layer("segmentation", labels, Labels, opacity=0.45, **kw)
+        self._colour_like_scribbles(self._layer_named("segmentation"), np.unique(self.session.scribbles[
+            self.session.scribbles > 0]), np.unique(labels) if self.session.init is not None else ())
+        self.status.setText("Segmenting ... (refining by colour)")
 
     def lock_selected(self) -> None:
         """Freeze the scribbles layer's selected label as the segmentation has it now."""

@@ -281,3 +281,25 @@ def test_a_locked_label_keeps_its_pixels_through_new_strokes(started, qtbot):
     paint_line(scribbles, 2, [(40, 38)])
     qtbot.waitUntil(lambda: settled(widget) and widget.session.result is not last, timeout=WAIT_MS)
     assert viewer.layers["segmentation"].data[30, 38] == 2  # unlocked: the strokes count
+
+
+def test_the_first_cut_shows_while_the_colour_rounds_run(started, qtbot, monkeypatch):
+    viewer, widget, disc = started
+    shown = []
+    real = widget._preview
+
+    def preview(value):
+        real(value)
+        shown.append(value[1] is not None and "segmentation" in viewer.layers)
+        if value[1] is not None:  # the layer holds the first cut until the refined result replaces it
+            assert np.array_equal(viewer.layers["segmentation"].data, value[1])
+
+    monkeypatch.setattr(widget, "_preview", preview)
+    marks = np.zeros(disc.shape, np.uint8)
+    marks[28:33, 34:40] = 1
+    marks[2:6, 2:70] = 2
+    viewer.layers["scribbles"].data = marks
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    assert any(shown)  # the colour rounds (on for pictures) were previewed
+    seg = viewer.layers["segmentation"].data
+    assert np.sum((seg == 1) & disc) / np.sum((seg == 1) | disc) > 0.85
