@@ -428,13 +428,19 @@ def _pool_two_range(i0, i1, p, q, weight, out):  # pragma: no cover - numba
                  + weight * max(np.log(max(q[i, k], 1e-30)), low))
             out[i, k] = v
             top = max(top, v)
-        total = 0.0
-        for k in range(n_cls):
-            e = np.exp(out[i, k] - top)
-            out[i, k] = e
-            total += e
-        for k in range(n_cls):
-            out[i, k] /= total
+        _exp_normalise(out[i], top)
+
+
+@njit(cache=True, nogil=True)
+def _exp_normalise(row, top):  # pragma: no cover - numba
+    """row = exp(row - top) / sum(exp(row - top)), in place (row: log-posteriors, top: their maximum)."""
+    total = 0.0
+    for k in range(row.size):
+        e = np.exp(row[k] - top)
+        row[k] = e
+        total += e
+    for k in range(row.size):
+        row[k] /= total
 
 
 @njit(cache=True, nogil=True)
@@ -455,10 +461,4 @@ def _pool_range(i0, i1, dist, p_forest, a, floor, out):  # pragma: no cover - nu
             v = a * log_geo + (1.0 - a) * log_forest
             out[i, k] = v
             top = max(top, v)
-        z = 0.0
-        for k in range(n_cls):
-            e = np.exp(out[i, k] - top)
-            out[i, k] = e
-            z += e
-        for k in range(n_cls):
-            out[i, k] /= z
+        _exp_normalise(out[i], top)
