@@ -127,8 +127,8 @@ def fit_mixture(x: np.ndarray, k: int = 5, iterations: int = 10, seed: int = 0) 
 
 def _from_moments(mass: np.ndarray, first: np.ndarray, second: np.ndarray, d: int) -> GaussianMixture:
     """Weights, means and covariances from each component's weighted count (k,), sum (k, d) and sum of outer
-    products (k, d, d); empty components are dropped."""
-    keep = mass > 1e-9 * mass.sum()
+    products (k, d, d); components holding less than one point's weight are dropped."""
+    keep = mass >= min(1.0, mass.max())  # a component holding less than one point has no covariance to speak of
     mass, first, second = mass[keep], first[keep], second[keep]
     means = first / mass[:, None]
     covs = second / mass[:, None, None] - means[:, :, None] * means[:, None, :] + COVARIANCE_FLOOR * np.eye(d)

@@ -53,3 +53,11 @@ def test_class_posterior_of_a_segmentation():
     assert p.shape == (10000, 3) and p.dtype == np.float32
     assert np.allclose(p.sum(axis=1), 1.0, atol=1e-5) and np.all(p[:, 2] == 0)  # class 2 has no pixels
     assert np.mean(np.argmax(p, axis=1) == truth) > 0.99
+
+
+def test_a_class_of_one_colour_with_a_few_strays_fits_without_failing():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([np.full((995, 3), 50.0), rng.normal(0, 30, size=(5, 3))])
+    for seed in range(5):
+        model = fit_mixture(x, k=5, seed=seed)
+        assert np.all(np.isfinite(model.log_density(x))) and np.isclose(model.weights.sum(), 1.0)
