@@ -47,7 +47,7 @@ from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, Segment
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import run_ranges
-from imageforest.imaging.colour_models import class_colour_posterior
+from imageforest.imaging.colour_models import class_colour_posterior, exp_normalise
 from imageforest.imaging.geodesic import geodesic_distances
 from imageforest.imaging.regularize import contrast_weights, graph_cut
 from imageforest.kernels import njit
@@ -428,19 +428,7 @@ def _pool_two_range(i0, i1, p, q, weight, out):  # pragma: no cover - numba
                  + weight * max(np.log(max(q[i, k], 1e-30)), low))
             out[i, k] = v
             top = max(top, v)
-        _exp_normalise(out[i], top)
-
-
-@njit(cache=True, nogil=True)
-def _exp_normalise(row, top):  # pragma: no cover - numba
-    """row = exp(row - top) / sum(exp(row - top)), in place (row: log-posteriors, top: their maximum)."""
-    total = 0.0
-    for k in range(row.size):
-        e = np.exp(row[k] - top)
-        row[k] = e
-        total += e
-    for k in range(row.size):
-        row[k] /= total
+        exp_normalise(out[i], top)
 
 
 @njit(cache=True, nogil=True)
@@ -461,4 +449,4 @@ def _pool_range(i0, i1, dist, p_forest, a, floor, out):  # pragma: no cover - nu
             v = a * log_geo + (1.0 - a) * log_forest
             out[i, k] = v
             top = max(top, v)
-        _exp_normalise(out[i], top)
+        exp_normalise(out[i], top)

@@ -46,15 +46,6 @@ class GaussianMixture:
         const = np.log(self.weights) - 0.5 * (log_det + d * np.log(2.0 * np.pi))
         return np.ascontiguousarray(np.linalg.inv(chol)), const
 
-    def component_log_densities(self, x: np.ndarray) -> np.ndarray:
-        """log(weight_j N(x; mean_j, covariance_j)) of (n, d) points for every component j: (n, k) float64."""
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        inv, const = self._whitening(x.shape[1])
-        out = np.empty((x.shape[0], len(self.weights)))
-        run_ranges(_components_range, x.shape[0], x, np.ascontiguousarray(self.means), inv, const, out,
-                   min_per_thread=8192)
-        return out
-
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """log p(x) of (n, d) points, float64 (n,)."""
         x = np.ascontiguousarray(x, dtype=np.float64)
@@ -77,12 +68,6 @@ def _components_at(x, i, means, inv, const, comp):  # pragma: no cover - numba
                 z += inv[j, a, b] * (x[i, b] - means[j, b])
             q += z * z
         comp[j] = const[j] - 0.5 * q
-
-
-@njit(cache=True, nogil=True)
-def _components_range(i0, i1, x, means, inv, const, out):  # pragma: no cover - numba
-    for i in range(i0, i1):
-        _components_at(x, i, means, inv, const, out[i])
 
 
 @njit(cache=True, nogil=True)
@@ -191,13 +176,9 @@ def _em_moments(x, means, inv, const):  # pragma: no cover - numba
     comp = np.empty(k)
     for i in range(n):
         _components_at(x, i, means, inv, const, comp)
-        top = comp.max()
-        total = 0.0
+        exp_normalise(comp, comp.max())
         for j in range(k):
-            comp[j] = np.exp(comp[j] - top)
-            total += comp[j]
-        for j in range(k):
-            w = comp[j] / total
+            w = comp[j]
             mass[j] += w
             for a in range(d):
                 first[j, a] += w * x[i, a]
@@ -242,13 +223,25 @@ def class_colour_posterior(colours: np.ndarray, labels: np.ndarray, n_classes: i
 def _normalise_rows(i0, i1, log_p, out):  # pragma: no cover - numba
     """out[i] = exp(log_p[i]) / sum(exp(log_p[i])), or 1 / K where every entry is -inf."""
     n_cls = log_p.shape[1]
+    row = np.empty(n_cls)
     for i in range(i0, i1):
-        top = log_p[i].max()
+        row[:] = log_p[i]
+        top = row.max()
         if not np.isfinite(top):
             out[i] = 1.0 / n_cls
             continue
-        total = 0.0
-        for k in range(n_cls):
-            total += np.exp(log_p[i, k] - top)
-        for k in range(n_cls):
-            out[i, k] = np.exp(log_p[i, k] - top) / total
+        exp_normalise(row, top)
+        out[i] = row
+
+
+@njit(cache=True, nogil=True)
+def exp_normalise(row, top):  # pragma: no cover - numba
+    """row = exp(row - top) / sum(exp(row - top)), in place: a row of log-probabilities (top: its maximum) made
+    probabilities, for any kernel that pools log-posteriors."""
+    total = 0.0
+    for k in range(row.size):
+        e = np.exp(row[k] - top)
+        row[k] = e
+        total += e
+    for k in range(row.size):
+        row[k] /= total

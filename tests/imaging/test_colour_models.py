@@ -21,7 +21,6 @@ def test_one_gaussian_is_recovered_and_its_density_is_the_normal_one():
     probe = x[:50]
     expected = multivariate_normal(model.means[0], model.covariances[0]).logpdf(probe)
     assert np.allclose(model.log_density(probe), expected, atol=1e-9)
-    assert np.allclose(model.component_log_densities(probe)[:, 0], expected, atol=1e-9)
 
 
 def test_a_mixture_finds_separate_clusters_and_is_the_same_every_run():

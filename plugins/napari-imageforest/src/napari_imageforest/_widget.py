@@ -297,10 +297,7 @@ class SegmentationWidget(QWidget):
         generation, labels = value
         if labels is None or generation != self.generation:
             return
-        kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
-        self._set_layer("segmentation", labels, Labels, opacity=0.45, **kw)
-        self._colour_like_scribbles(self._layer_named("segmentation"), np.unique(self.session.scribbles[
-            self.session.scribbles > 0]), np.unique(labels) if self.session.init is not None else ())
+        self._show_segmentation(labels, np.unique(self.session.scribbles[self.session.scribbles > 0]))
         self.status.setText("Segmenting ... (refining by colour)")
 
     def lock_selected(self) -> None:
@@ -333,10 +330,8 @@ class SegmentationWidget(QWidget):
         if generation != self.generation:
             return  # a newer stroke came in: its update follows
         self.model = None  # grown from this result when asked for
+        self._show_segmentation(result.labels, result.classes)
         kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
-        self._set_layer("segmentation", result.labels, Labels, opacity=0.45, **kw)
-        self._colour_like_scribbles(self._layer_named("segmentation"), result.classes,
-                                    np.unique(result.labels) if self.session.init is not None else ())
         self._set_layer("probability", result.probabilities[..., 0], ImageLayer, colormap="magma",
                         contrast_limits=(0.0, 1.0), visible=False, **kw)
         top = float(np.log(result.classes.size))
@@ -349,6 +344,13 @@ class SegmentationWidget(QWidget):
         self.viewer.layers.selection.active = self.scribbles
         t = result.timing_s
         self._idle(f"Updated in {sum(t.values()):.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
+
+    def _show_segmentation(self, labels: np.ndarray, classes: np.ndarray) -> None:
+        """The `segmentation` layer on the scribbles' grid, each class in its scribbles' colour."""
+        self._set_layer("segmentation", labels, Labels, opacity=0.45, scale=self.scribbles.scale,
+                        translate=self.scribbles.translate)
+        self._colour_like_scribbles(self._layer_named("segmentation"), classes,
+                                    np.unique(labels) if self.session.init is not None else ())
 
     def _colour_like_scribbles(self, layer: Labels, classes: np.ndarray, kept=()) -> None:
         """Each class in its scribbles' colour; the last (the background, by the usual numbering) transparent when
