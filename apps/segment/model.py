@@ -26,8 +26,10 @@ from imageforest.apps.segment.features import (
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
+from imageforest.forest.threads import run_ranges
 from imageforest.imaging.io import Image
 from imageforest.imaging.regularize import graph_cut
+from imageforest.kernels import njit
 
 # Pictures above this many pixels (2048 x 2048) are segmented in tiles of TILE x TILE pixels, each with a margin of
 # TILE_HALO: the largest filter reaches 48 pixels (4 sigma of the scale-8 Gaussians, the structure tensor's outer
@@ -58,9 +60,22 @@ class Segmentation:
 
 
 def entropy(p: np.ndarray) -> np.ndarray:
-    """Shannon entropy (nats) over the last axis, float32."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1).astype(np.float32)
+    """Shannon entropy (nats) over the last axis, float32, shape p.shape[:-1]."""
+    rows = np.ascontiguousarray(p).reshape(-1, p.shape[-1])
+    out = np.empty(rows.shape[0], dtype=np.float32)
+    run_ranges(_entropy_range, rows.shape[0], rows, out, min_per_thread=16384)
+    return out.reshape(p.shape[:-1])
+
+
+@njit(cache=True, nogil=True)
+def _entropy_range(i0, i1, rows, out):  # pragma: no cover - numba
+    for i in range(i0, i1):
+        h = 0.0
+        for k in range(rows.shape[1]):
+            v = rows[i, k]
+            if v > 0:
+                h -= v * np.log(v)
+        out[i] = h
 
 
 def label_dtype(classes: np.ndarray) -> type:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -58,6 +59,8 @@ VOLUME_GEODESIC_WEIGHT, VOLUME_SMOOTHNESS = VOLUME["geodesic_weight"], VOLUME["s
 GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
 INIT_WEIGHT = VOLUME["init_weight"]
 INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian this wide (its borders are uncertain)
+# one thread for the geodesic sweeps, which run while the forest grows and predicts (both kernels release the GIL)
+_SWEEPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imageforest-geodesic")
 
 
 class SegmentationSession:
@@ -119,6 +122,9 @@ class SegmentationSession:
         self.locked: dict[int, np.ndarray] = {}  # class number -> its frozen pixels (raveled bool)
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
+        # each class's last geodesic distances: class number -> (gamma, its seed voxels (sorted raveled indices),
+        # distances (n,) float32); a stroke then costs one sweep of its own class
+        self._geodesic: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -204,6 +210,8 @@ class SegmentationSession:
                                     f"a single class ({classes[0]})") + "; paint at least two classes")
         timing = {}
         t0 = time.perf_counter()
+        # the geodesic sweeps run beside the forest: an added stroke sweeps one class, on one thread
+        sweeps = _SWEEPS.submit(self._geodesic_distances, flat, classes) if self.geodesic_weight > 0 else None
         train = self._training_pixels(index)
         forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
         p_forest = forest.pixel_posterior(self.prepared)
@@ -211,8 +219,9 @@ class SegmentationSession:
         timing["forest"] = t1 - t0
         yield "forest"
         pooled = p_forest
-        if self.geodesic_weight > 0:
-            distances = self._geodesic_distances(flat, classes)
+        if sweeps is not None:
+            distances, new = sweeps.result()
+            self._commit_geodesic(new, classes)
             pooled = np.empty(p_forest.shape, dtype=np.float32)
             run_ranges(_pool_range, flat.size, distances, np.ascontiguousarray(p_forest, dtype=np.float32),
                        self.geodesic_weight, GEODESIC_FLOOR, pooled, min_per_thread=4096)
@@ -253,7 +262,7 @@ class SegmentationSession:
             timing["colour"] = time.perf_counter() - t3
         shape = self.shape
         self.result = Segmentation(self._labels(idx, classes, flat, untouched, background).reshape(shape),
-                                   pooled.astype(np.float32).reshape(*shape, classes.size),
+                                   pooled.astype(np.float32, copy=False).reshape(*shape, classes.size),
                                    entropy(pooled).reshape(shape), classes, timing)
         self.preview = None
         return self.result
@@ -343,15 +352,46 @@ class SegmentationSession:
         keep = np.random.default_rng(0).random(index.size) < limit / index.size
         return index[keep]
 
-    def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """(n_voxels, K) float32 geodesic distances D_k from class k's scribbles (`flat`: the scribbles, raveled)."""
+    def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray
+                            ) -> tuple[np.ndarray, dict[int, tuple[float, np.ndarray, np.ndarray]]]:
+        """(n_voxels, K) float32 geodesic distances D_k from class k's scribbles (`flat`: the scribbles, raveled),
+        and the entries of the distance cache to replace (`_geodesic`; the caller commits them, so that an update
+        abandoned halfway leaves the cache as it was).
+
+        A class whose scribbles did not change since the last update keeps its distances; one whose scribbles only
+        grew starts its sweep from them (`geodesic_distances`' `start`: the new strokes' paths are added, none is
+        lost, so the distances are never longer than a fresh sweep's); any other class is swept afresh. All the
+        sweeps that remain run together, sharing their step costs."""
         grid = self.prepared.guide.shape[:3]
-        seeds = np.full(flat.size, -1, dtype=np.int64)
-        given = flat > 0
-        seeds[given] = np.searchsorted(classes, flat[given])
-        d = geodesic_distances(self.prepared.guide, seeds.reshape(grid), classes.size, self.prepared.spacing,
-                               self.gamma)
-        return d.reshape(flat.size, classes.size)
+        known = dict(self._geodesic)
+        seeds = {int(c): np.flatnonzero(flat == c) for c in classes}
+        todo, fresh = [], []
+        for c in seeds:
+            entry = known.get(c)
+            if entry is None or entry[0] != self.gamma:
+                todo.append(c)
+                fresh.append(True)
+            elif not np.array_equal(entry[1], seeds[c]):
+                todo.append(c)
+                fresh.append(not np.isin(entry[1], seeds[c], assume_unique=True).all())
+        new: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
+        if todo:
+            labels = np.full(flat.size, -1, dtype=np.int64)
+            start = np.empty((flat.size, len(todo)), dtype=np.float32)
+            for j, c in enumerate(todo):
+                labels[seeds[c]] = j
+                start[:, j] = np.inf if fresh[j] else known[c][2]
+            d = geodesic_distances(self.prepared.guide, labels.reshape(grid), len(todo), self.prepared.spacing,
+                                   self.gamma, start=start.reshape(*grid, len(todo))).reshape(flat.size, len(todo))
+            new = {c: (self.gamma, seeds[c], np.ascontiguousarray(d[:, j])) for j, c in enumerate(todo)}
+        known.update(new)
+        return np.stack([known[int(c)][2] for c in classes], axis=1), new
+
+    def _commit_geodesic(self, new: dict[int, tuple[float, np.ndarray, np.ndarray]], classes: np.ndarray) -> None:
+        """Keep the distances of the classes painted now (`new` replacing their old entries)."""
+        self._geodesic.update(new)
+        for c in set(self._geodesic) - {int(c) for c in classes}:
+            del self._geodesic[c]
 
     # -- active learning ----------------------------------------------------------------------------------
     def suggest(self, k: int = 5, radius: float | None = None) -> np.ndarray:

@@ -35,11 +35,13 @@ _MULTI = ("structure_tensor_eigenvalues", "hessian_eigenvalues")
 
 def _sym_eigvals(tensor: list[list[np.ndarray]]) -> list[np.ndarray]:
     """Per-voxel eigenvalues (descending) of a symmetric ndim x ndim field given as nested lists of arrays, in
-    closed form (a general eigensolver per voxel took most of the filter bank's time), in the fields' dtype."""
+    closed form (a general eigensolver per voxel took most of the filter bank's time), in the fields' dtype
+    (computed in float64 whatever it is)."""
     n = len(tensor)
     shape, dtype = tensor[0][0].shape, np.result_type(*[t for row in tensor for t in row])
-    flat = [np.ascontiguousarray(tensor[a][b], dtype=np.float64).ravel() for a in range(n) for b in range(a, n)]
-    out = np.empty((n, flat[0].size), dtype=np.float64)
+    work = np.float32 if dtype == np.float32 else np.float64
+    flat = [np.ascontiguousarray(tensor[a][b], dtype=work).ravel() for a in range(n) for b in range(a, n)]
+    out = np.empty((n, flat[0].size), dtype=work)
     if n == 1:
         out[0] = flat[0]
     elif n == 2:
@@ -53,29 +55,33 @@ def _sym_eigvals(tensor: list[list[np.ndarray]]) -> list[np.ndarray]:
     return [out[k].reshape(shape).astype(dtype, copy=False) for k in range(n)]
 
 
-# One thread each: the filter bank calls them from its own threads (one per scale)
+# One thread each: the filter bank calls them from its own threads
 @njit(cache=True)
 def _eigvals_2x2(a, b, c, out):  # pragma: no cover - numba
-    """Eigenvalues of [[a, b], [b, c]] per voxel, descending, into out (2, n)."""
+    """Eigenvalues of [[a, b], [b, c]] per voxel, descending, into out (2, n), computed in float64."""
     for i in range(a.size):
-        half = 0.5 * (a[i] + c[i])
-        d = np.sqrt((0.5 * (a[i] - c[i])) ** 2 + b[i] * b[i])
+        ai, bi, ci = np.float64(a[i]), np.float64(b[i]), np.float64(c[i])
+        half = 0.5 * (ai + ci)
+        d = np.sqrt((0.5 * (ai - ci)) ** 2 + bi * bi)
         out[0, i] = half + d
         out[1, i] = half - d
 
 
 @njit(cache=True)
 def _eigvals_3x3(a11, a12, a13, a22, a23, a33, out):  # pragma: no cover - numba
-    """Eigenvalues of a symmetric 3 x 3 matrix per voxel, descending, into out (3, n): the trigonometric solution
-    of the characteristic cubic (Smith, "Eigenvalues of a symmetric 3 x 3 matrix", Comm. ACM 1961)."""
+    """Eigenvalues of a symmetric 3 x 3 matrix per voxel, descending, into out (3, n), computed in float64: the
+    trigonometric solution of the characteristic cubic (Smith, "Eigenvalues of a symmetric 3 x 3 matrix", Comm.
+    ACM 1961)."""
     third = 1.0 / 3.0
     for i in range(a11.size):
-        off = a12[i] * a12[i] + a13[i] * a13[i] + a23[i] * a23[i]
-        q = (a11[i] + a22[i] + a33[i]) * third
-        b11, b22, b33 = a11[i] - q, a22[i] - q, a33[i] - q
+        x11, x12, x13 = np.float64(a11[i]), np.float64(a12[i]), np.float64(a13[i])
+        x22, x23, x33 = np.float64(a22[i]), np.float64(a23[i]), np.float64(a33[i])
+        off = x12 * x12 + x13 * x13 + x23 * x23
+        q = (x11 + x22 + x33) * third
+        b11, b22, b33 = x11 - q, x22 - q, x33 - q
         p = np.sqrt((b11 * b11 + b22 * b22 + b33 * b33 + 2.0 * off) / 6.0)
         if p <= 1e-300 or off <= 1e-30 * (b11 * b11 + b22 * b22 + b33 * b33):  # diagonal (or all equal)
-            x, y, z = a11[i], a22[i], a33[i]
+            x, y, z = x11, x22, x33
             if x < y:
                 x, y = y, x
             if y < z:
@@ -86,7 +92,7 @@ def _eigvals_3x3(a11, a12, a13, a22, a23, a33, out):  # pragma: no cover - numba
             continue
         inv = 1.0 / p
         c11, c22, c33 = b11 * inv, b22 * inv, b33 * inv
-        c12, c13, c23 = a12[i] * inv, a13[i] * inv, a23[i] * inv
+        c12, c13, c23 = x12 * inv, x13 * inv, x23 * inv
         r = 0.5 * (c11 * (c22 * c33 - c23 * c23) - c12 * (c12 * c33 - c23 * c13) + c13 * (c12 * c23 - c22 * c13))
         r = min(max(r, -1.0), 1.0)
         phi = np.arccos(r) * third
@@ -109,18 +115,9 @@ def _hessian(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.
     return out
 
 
-def _structure_tensor(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.ndarray]]:
-    n = arr.ndim
-    grads = []
-    for a in range(n):
-        order = [0] * n
-        order[a] = 1
-        grads.append(ndimage.gaussian_filter(arr, np.divide(sigma, 2), order=order))
-    out = [[None] * n for _ in range(n)]
-    for a in range(n):
-        for b in range(a, n):
-            out[a][b] = out[b][a] = ndimage.gaussian_filter(grads[a] * grads[b], sigma)
-    return out
+def _value(item):
+    """A task's result: the value itself, or a future's."""
+    return item.result() if hasattr(item, "result") else item
 
 
 @dataclass(frozen=True)
@@ -172,35 +169,64 @@ class FilterBank:
             if sp.shape != (arr.ndim,) or not np.all(sp > 0):
                 raise InvalidInputError(f"spacing must hold {arr.ndim} positive values, got {spacing!r}")
             per_mm = 1.0 / sp
-        def one_scale(scale: float) -> list[np.ndarray]:
-            sigma = tuple(scale * per_mm) if spacing is not None else scale
-            out, smooth = [], None
-            for name in self.filters:
-                if name == "gaussian":
-                    smooth = ndimage.gaussian_filter(arr, sigma) if smooth is None else smooth
-                    out.append(smooth)
-                elif name == "laplacian_of_gaussian":
-                    out.append(ndimage.gaussian_laplace(arr, sigma))
-                elif name == "gradient_magnitude":
-                    out.append(ndimage.gaussian_gradient_magnitude(arr, sigma))
-                elif name == "difference_of_gaussians":
-                    smooth = ndimage.gaussian_filter(arr, sigma) if smooth is None else smooth
-                    out.append(smooth - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma)))
-                elif name == "structure_tensor_eigenvalues":
-                    out.extend(_sym_eigvals(_structure_tensor(arr, sigma)))
-                else:
-                    out.extend(_sym_eigvals(_hessian(arr, sigma)))
-            return out
+        ndim = arr.ndim
 
-        # scipy's filters release the GIL: the scales run side by side on the threads numba may use (the
-        # commands' --threads), each exactly as it would alone
-        workers = min(numba.get_num_threads(), len(self.scales))
-        if workers > 1:
+        def sigma_of(scale: float):
+            return tuple(scale * per_mm) if spacing is not None else scale
+
+        def derivative(scale: float, axis: int) -> np.ndarray:
+            order = [0] * ndim
+            order[axis] = 1
+            return ndimage.gaussian_filter(arr, sigma_of(scale), order=order)
+
+        def filtered(name: str, scale: float) -> list[np.ndarray]:
+            sigma = sigma_of(scale)
+            if name == "gaussian":
+                return [ndimage.gaussian_filter(arr, sigma)]
+            if name == "laplacian_of_gaussian":
+                return [ndimage.gaussian_laplace(arr, sigma)]
+            if name == "difference_of_gaussians":
+                return [ndimage.gaussian_filter(arr, sigma) - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma))]
+            if name == "hessian_eigenvalues":
+                return _sym_eigvals(_hessian(arr, sigma))
+            if name == "gradient_magnitude":  # summed as scipy's gaussian_gradient_magnitude sums, in float32
+                g = [_value(grads[(scale, axis)]) for axis in range(ndim)]
+                mag = g[0] * g[0]
+                for comp in g[1:]:
+                    mag += comp * comp
+                return [np.sqrt(mag, out=mag)]
+            g = [_value(grads[(scale / 2, axis)]) for axis in range(ndim)]  # the structure tensor's inner scale
+            tensor = [[None] * ndim for _ in range(ndim)]
+            for i in range(ndim):
+                for j in range(i, ndim):
+                    tensor[i][j] = tensor[j][i] = ndimage.gaussian_filter(g[i] * g[j], sigma)
+            return _sym_eigvals(tensor)
+
+        # First derivatives of Gaussian are shared: the gradient magnitude at s and the structure tensor at 2 s
+        # (its inner scale s) read the same ones. They are queued first; then every (filter, scale) is one task,
+        # the larger scales first (each costs about its scale times its number of filters), so that the threads
+        # finish together; a task that needs derivatives waits for them, which were all started before it.
+        need = {s_ for s_ in self.scales if "gradient_magnitude" in self.filters}
+        need |= {s_ / 2 for s_ in self.scales if "structure_tensor_eigenvalues" in self.filters}
+        first = [(scale, axis) for scale in sorted(need, reverse=True) for axis in range(ndim)]
+        weight = {"gaussian": 1, "laplacian_of_gaussian": ndim, "difference_of_gaussians": 2, "gradient_magnitude": 0,
+                  "hessian_eigenvalues": ndim * (ndim + 1) // 2, "structure_tensor_eigenvalues": ndim * (ndim + 1) // 2}
+        jobs = sorted(((name, scale) for scale in self.scales for name in self.filters),
+                      key=lambda job: -weight[job[0]] * job[1])
+        workers = min(numba.get_num_threads(), len(first) + len(jobs))
+        grads: dict[tuple[float, int], object] = {}
+        results: dict[tuple[str, float], object] = {}
+        if workers > 1:  # scipy's filters release the GIL: the tasks run side by side on the threads numba may use
             with ThreadPoolExecutor(workers) as pool:
-                per_scale = list(pool.map(one_scale, self.scales))
+                for key in first:
+                    grads[key] = pool.submit(derivative, *key)
+                for job in jobs:
+                    results[job] = pool.submit(filtered, *job)
+                out = [c for scale in self.scales for name in self.filters for c in results[(name, scale)].result()]
         else:
-            per_scale = [one_scale(scale) for scale in self.scales]
-        out = [c for channels in per_scale for c in channels]
+            for key in first:
+                grads[key] = derivative(*key)
+            out = [c for scale in self.scales for name in self.filters for c in filtered(name, scale)]
         return [np.ascontiguousarray(c, dtype=np.float32) for c in out]
 
     def features_at(self, image, points: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ _HALF = np.array([(dz, dy, dx) for dz in (-1, 0) for dy in (-1, 0, 1) for dx in 
 
 
 def geodesic_distances(intensity: np.ndarray, seed_labels: np.ndarray, n_labels: int, spacing=None,
-                       gamma: float = 1.0, passes: int = 2) -> np.ndarray:
+                       gamma: float = 1.0, passes: int = 2, start: np.ndarray | None = None) -> np.ndarray:
     """Geodesic distance of every voxel from the nearest seed of each label, all labels in one sweep.
 
     The step costs are shared by every label, so K labels cost little more than one.
@@ -33,20 +33,32 @@ def geodesic_distances(intensity: np.ndarray, seed_labels: np.ndarray, n_labels:
     seed_labels : (z, y, x) or (y, x) int, k in 0..n_labels-1 where the voxel seeds label k, -1 elsewhere
     n_labels : K
     spacing, gamma, passes : as for `geodesic_distance`
+    start : None, or (z, y, x, K) / (y, x, K) distances already known (lengths of real paths, such as this
+        function's answer for some of the seeds): the scans start from them instead of +inf, so seeds added to a
+        label cost one sweep that only lowers what they reach, and the answer is never longer than a sweep from
+        all the seeds alone
 
     Returns
     -------
-    (z, y, x, K) or (y, x, K) float64; +inf for a label without seeds
+    (z, y, x, K) or (y, x, K) float32; +inf for a label without seeds (or without a finite start)
     """
     labels = np.asarray(seed_labels)
     feat, _, sp, planar = _checked(intensity, labels, spacing)
     grid = labels.reshape(feat.shape[:3])
+    k_shape = (*grid.shape, int(n_labels))
+    if start is not None:
+        start = np.asarray(start, dtype=np.float32).reshape(k_shape) if np.size(start) == np.prod(k_shape) else None
+        if start is None:
+            raise InvalidInputError(f"start distances must have the seeds' shape plus {n_labels} labels")
     half = _HALF[_HALF[:, 0] == 0] if feat.shape[0] == 1 else _HALF
     # labels split into one group per thread, each group in its own array (threads never share a cache line)
     groups = [g for g in np.array_split(np.arange(int(n_labels)), min(n_threads(), int(n_labels))) if g.size]
     parts = []
     for group in groups:
-        part = np.full((*grid.shape, group.size), np.inf, dtype=np.float32)
+        if start is None:
+            part = np.full((*grid.shape, group.size), np.inf, dtype=np.float32)
+        else:
+            part = np.ascontiguousarray(start[..., group])
         for j, k in enumerate(group):
             part[..., j][grid == k] = 0.0
         parts.append(part)
@@ -107,42 +119,65 @@ def _raster_scans(feat, dist, half, spacing, gamma2, passes):  # pragma: no cove
     plus the step's cost (forward: neighbours at -offset; backward: at +offset)."""
     nz, ny, nx, nc = feat.shape
     n_lab = dist.shape[3]
+    f = feat.reshape(nz * ny * nx, nc)
+    d = dist.reshape(nz * ny * nx, n_lab)
     n_off = half.shape[0]
     step2 = np.empty(n_off)
     step = np.empty(n_off)
+    lin = np.empty(n_off, dtype=np.int64)
+    z_margin = 0
     for k in range(n_off):
         step2[k] = ((half[k, 0] * spacing[0]) ** 2 + (half[k, 1] * spacing[1]) ** 2
                     + (half[k, 2] * spacing[2]) ** 2)
         step[k] = np.sqrt(step2[k])
+        lin[k] = (half[k, 0] * ny + half[k, 1]) * nx + half[k, 2]
+        if half[k, 0] != 0:
+            z_margin = 1
+    off = np.empty(n_off, dtype=np.int64)
+    nbr = np.empty(n_off, dtype=np.int64)  # a voxel's neighbours' flat indices, -1 off the grid
     for _ in range(passes):
         for sign in (1, -1):
+            for k in range(n_off):
+                off[k] = sign * lin[k]
             z0, z1 = (0, nz) if sign == 1 else (nz - 1, -1)
             y0, y1 = (0, ny) if sign == 1 else (ny - 1, -1)
             x0, x1 = (0, nx) if sign == 1 else (nx - 1, -1)
             for z in range(z0, z1, sign):
+                z_inside = z_margin <= z < nz - z_margin
                 for y in range(y0, y1, sign):
+                    row_inside = z_inside and 1 <= y < ny - 1
                     for x in range(x0, x1, sign):
+                        i = (z * ny + y) * nx + x
+                        # voxels off the border read their neighbours at fixed flat offsets; the border checks
+                        if row_inside and 1 <= x < nx - 1:
+                            for k in range(n_off):
+                                nbr[k] = i + off[k]
+                        else:
+                            for k in range(n_off):
+                                zz = z + sign * half[k, 0]
+                                yy = y + sign * half[k, 1]
+                                xx = x + sign * half[k, 2]
+                                inside = 0 <= zz < nz and 0 <= yy < ny and 0 <= xx < nx
+                                nbr[k] = (zz * ny + yy) * nx + xx if inside else -1
                         for k in range(n_off):
-                            zz = z + sign * half[k, 0]
-                            yy = y + sign * half[k, 1]
-                            xx = x + sign * half[k, 2]
-                            if zz < 0 or zz >= nz or yy < 0 or yy >= ny or xx < 0 or xx >= nx:
+                            j = nbr[k]
+                            if j < 0:
                                 continue
                             # the step costs at least its length: skip the intensity terms when that already
                             # improves no label (most steps, once the distances have settled)
                             useful = False
                             for lab in range(n_lab):
-                                if dist[zz, yy, xx, lab] + step[k] < dist[z, y, x, lab]:
+                                if d[j, lab] + step[k] < d[i, lab]:
                                     useful = True
                                     break
                             if not useful:
                                 continue
                             s = 0.0
                             for c in range(nc):
-                                diff = feat[z, y, x, c] - feat[zz, yy, xx, c]
+                                diff = f[i, c] - f[j, c]
                                 s += diff * diff
                             cost = np.sqrt(step2[k] + gamma2 * s)
                             for lab in range(n_lab):
-                                cand = dist[zz, yy, xx, lab] + cost
-                                if cand < dist[z, y, x, lab]:
-                                    dist[z, y, x, lab] = cand
+                                cand = d[j, lab] + cost
+                                if cand < d[i, lab]:
+                                    d[i, lab] = cand

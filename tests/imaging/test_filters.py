@@ -60,3 +60,26 @@ def test_bank_vectors_feed_the_vector_forest():
     y = (pts[:, 1] >= 15).astype(int)
     forest = ClassificationForest(n_trees=30, random_state=0).fit(X[:200], y[:200])
     assert forest.score(X[200:], y[200:]) > 0.85
+
+
+@pytest.mark.parametrize("spacing", [None, (3.0, 1.5, 1.0)])
+def test_shared_derivatives_give_scipys_values_whatever_the_threads(spacing):
+    import numba
+
+    arr = np.random.default_rng(3).normal(size=(12, 14, 16)).astype(np.float32)
+    bank = FilterBank(("gradient_magnitude", "structure_tensor_eigenvalues", "gaussian"), (1.0, 2.0, 4.0))
+    chans = dict(zip(bank.channel_names(3), bank(arr, spacing), strict=True))
+    per_mm = 1.0 if spacing is None else 1.0 / np.asarray(spacing)
+    for scale in (1.0, 2.0, 4.0):  # the gradient magnitude at s and the tensor's inner scale at 2 s share theirs
+        sigma = scale * per_mm
+        assert np.array_equal(chans[f"gradient_magnitude@{scale:g}"],
+                              ndimage.gaussian_gradient_magnitude(arr, tuple(np.broadcast_to(sigma, 3))))
+    st = [chans[f"structure_tensor_eigenvalues[{k}]@4"] for k in range(3)]
+    assert np.all(st[0] >= st[1]) and np.all(st[1] >= st[2])
+    previous = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        alone = bank(arr, spacing)
+    finally:
+        numba.set_num_threads(previous)
+    assert all(np.array_equal(a, b) for a, b in zip(alone, chans.values(), strict=True))

@@ -59,3 +59,51 @@ def test_all_labels_in_one_sweep_equal_one_label_at_a_time():
         one = geodesic_distance(img, labels == k, spacing=(2.0, 1.0, 1.0), gamma=0.5)
         assert np.allclose(many[..., k], one)
     assert np.all(np.isinf(many[..., 3]))  # a label without seeds
+
+
+def test_a_sweep_from_known_distances_adds_the_new_seeds_paths():
+    rng = np.random.default_rng(3)
+    img = rng.random((5, 18, 22, 1)) * 40
+    old = np.zeros((5, 18, 22), bool)
+    old[1, 2, 3] = True
+    new = np.zeros_like(old)
+    new[3, 15, 18] = new[4, 9, 2] = True
+    kw = {"spacing": (2.0, 1.0, 1.0), "gamma": 0.7}
+    known = geodesic_distances(img, np.where(old, 0, -1), 1, **kw)
+    grown = geodesic_distances(img, np.where(old | new, 0, -1), 1, start=known, **kw)
+    fresh = geodesic_distances(img, np.where(old | new, 0, -1), 1, **kw)
+    # never longer than a sweep from every seed, and no shorter than the shortest paths (2-D: Dijkstra below)
+    assert np.all(grown <= fresh) and np.all(grown[old | new] == 0)
+    assert np.all(grown <= known) and np.any(grown < known)
+    # starting from +inf is a fresh sweep, bit for bit
+    assert np.array_equal(geodesic_distances(img, np.where(old, 0, -1), 1, start=np.full(known.shape, np.inf),
+                                             **kw), known)
+    with pytest.raises(InvalidInputError, match="start distances"):
+        geodesic_distances(img, np.where(old, 0, -1), 1, start=np.zeros((5, 18, 22, 2)), **kw)
+
+
+def test_a_sweep_from_known_distances_is_never_below_the_shortest_path():
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    rng = np.random.default_rng(4)
+    img = rng.random((15, 17, 1)) * 30
+    seeds = np.zeros((15, 17), bool)
+    seeds[2, 2] = True
+    more = np.zeros_like(seeds)
+    more[12, 14] = True
+    known = geodesic_distances(img, np.where(seeds, 0, -1), 1, gamma=0.5)
+    grown = geodesic_distances(img, np.where(seeds | more, 0, -1), 1, gamma=0.5, start=known)[..., 0]
+    # the exact shortest paths over the same 8-neighbour steps
+    idx = np.arange(seeds.size).reshape(seeds.shape)
+    rows, cols, costs = [], [], []
+    for dy, dx in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        a = idx[max(0, -dy):15 - max(0, dy), max(0, -dx):17 - max(0, dx)]
+        b = idx[max(0, dy):15 + min(0, dy) or None, max(0, dx):17 + min(0, dx) or None]
+        diff = img.reshape(-1)[a.ravel()] - img.reshape(-1)[b.ravel()]
+        rows.append(a.ravel())
+        cols.append(b.ravel())
+        costs.append(np.sqrt(dy * dy + dx * dx + 0.25 * diff**2))
+    graph = coo_matrix((np.concatenate(costs), (np.concatenate(rows), np.concatenate(cols))), shape=(idx.size,) * 2)
+    exact = dijkstra(graph, directed=False, indices=idx[seeds | more]).min(axis=0).reshape(seeds.shape)
+    assert np.all(grown >= exact - 1e-3)

@@ -261,3 +261,41 @@ def test_the_first_cut_is_previewed_while_the_colour_rounds_run():
     result = done.value.value  # the generator's return value rides on its StopIteration
     assert session.preview is None and not np.array_equal(result.labels, first)
     assert np.mean(result.labels[right] == 1) > 0.9
+
+
+def test_a_stroke_sweeps_only_its_own_class(ball_volume):
+    vol, _, scr = ball_volume
+    session = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0))
+    first = np.where(scr == 2, 0, scr)
+    first[3, 28:31, 2:20] = 0
+    first[8, 2:5, 2:30] = 2  # one background stroke first
+    session.set_scribbles(first)
+    session.update()
+    before = {c: entry[2] for c, entry in session._geodesic.items()}
+    session.set_scribbles(scr)  # the second background stroke
+    result = session.update()
+    assert session._geodesic[1][2] is before[1]  # the object's scribbles did not change: its distances stay
+    grown = session._geodesic[2][2]
+    fresh = SegmentationSession(session.prepared)
+    fresh.set_scribbles(scr)
+    again = fresh.update()
+    assert np.all(grown <= fresh._geodesic[2][2]) and np.any(grown < before[2])
+    assert np.mean(result.labels == again.labels) > 0.99
+    session.set_scribbles(first)  # a stroke taken back (undo): that class is swept afresh
+    session.update()
+    assert np.array_equal(session._geodesic[2][2], before[2])
+    session.set_scribbles(np.where(scr == 2, 3, scr))  # a class no longer painted leaves the cache
+    session.update()
+    assert set(session._geodesic) == {1, 3}
+
+
+def test_uncertainty_is_the_posteriors_entropy():
+    from imageforest.apps.segment.model import entropy
+
+    p = np.random.default_rng(0).dirichlet(np.ones(4), size=(30, 20))
+    p[0, 0] = [1.0, 0.0, 0.0, 0.0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1)
+    h = entropy(p.astype(np.float32))
+    assert h.shape == (30, 20) and h.dtype == np.float32 and h[0, 0] == 0
+    assert np.allclose(h, expected, atol=1e-6)
