@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from imageforest.exceptions import InvalidInputError
+from imageforest.forest.threads import run_ranges
 from imageforest.imaging.filters import FilterBank
 from imageforest.imaging.io import Image
 
@@ -178,12 +179,17 @@ INTERLEAVE_ROWS = 1 << 16
 
 
 def interleave(flat: list[np.ndarray]) -> np.ndarray:
-    """(n, len(flat)) float32 matrix whose k-th column is flat[k], each (n,)."""
+    """(n, len(flat)) float32 matrix whose k-th column is flat[k], each (n,). The blocks are shared out between the
+    threads numba may use (numpy's copies release the GIL)."""
     n = flat[0].size
     out = np.empty((n, len(flat)), dtype=np.float32)
-    for b0 in range(0, n, INTERLEAVE_ROWS):
-        b1 = min(b0 + INTERLEAVE_ROWS, n)
-        np.stack([f[b0:b1] for f in flat], axis=1, out=out[b0:b1])
+
+    def blocks(k0: int, k1: int) -> None:
+        for b0 in range(k0 * INTERLEAVE_ROWS, min(n, k1 * INTERLEAVE_ROWS), INTERLEAVE_ROWS):
+            b1 = min(b0 + INTERLEAVE_ROWS, n)
+            np.stack([f[b0:b1] for f in flat], axis=1, out=out[b0:b1])
+
+    run_ranges(blocks, -(-n // INTERLEAVE_ROWS), chunks_per_thread=4)
     return out
 
 
