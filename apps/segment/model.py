@@ -7,6 +7,7 @@ applied only to images that give the same features.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -23,10 +24,11 @@ from imageforest.apps.segment.features import (
     prepare,
     stretch_bounds,
 )
+from imageforest.estimators.base import numba_threads
 from imageforest.estimators.classification import ClassificationForest
 from imageforest.estimators.params import Real, Rule
 from imageforest.exceptions import InvalidInputError, ModelFormatError
-from imageforest.forest.threads import run_ranges
+from imageforest.forest.threads import n_threads, run_ranges
 from imageforest.imaging.io import Image
 from imageforest.imaging.regularize import graph_cut
 from imageforest.kernels import njit
@@ -197,19 +199,34 @@ class SegmentationForest(ClassificationForest):
         labels = np.empty((h, w), dtype=label_dtype(self.classes_))
         proba = np.empty((h, w, n_classes), dtype=np.float32)
         uncertainty = np.empty((h, w), dtype=np.float32)
-        for y0 in range(0, h, tile):
-            for x0 in range(0, w, tile):
-                y1, x1 = min(y0 + tile, h), min(x0 + tile, w)
-                ya, xa, yb, xb = max(y0 - halo, 0), max(x0 - halo, 0), min(y1 + halo, h), min(x1 + halo, w)
-                prepared = prepare(array[ya:yb, xa:xb], rgb=kind == "rgb", tile=Tile((ya, xa), (h, w), bounds))
-                p = self.pixel_posterior(prepared).astype(np.float32)
-                idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
-                                float(self.smoothness))
-                core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
-                labels[y0:y1, x0:x1] = self.classes_[idx.reshape(prepared.shape)[core]]
-                p = p.reshape(*prepared.shape, n_classes)[core]
-                proba[y0:y1, x0:x1] = p
-                uncertainty[y0:y1, x0:x1] = entropy(p)
+        def one_tile(corner: tuple[int, int]) -> None:
+            y0, x0 = corner
+            y1, x1 = min(y0 + tile, h), min(x0 + tile, w)
+            ya, xa, yb, xb = max(y0 - halo, 0), max(x0 - halo, 0), min(y1 + halo, h), min(x1 + halo, w)
+            prepared = prepare(array[ya:yb, xa:xb], rgb=kind == "rgb", tile=Tile((ya, xa), (h, w), bounds))
+            p = self.pixel_posterior(prepared).astype(np.float32)
+            idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
+                            float(self.smoothness))
+            core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
+            labels[y0:y1, x0:x1] = self.classes_[idx.reshape(prepared.shape)[core]]
+            p = p.reshape(*prepared.shape, n_classes)[core]
+            proba[y0:y1, x0:x1] = p
+            uncertainty[y0:y1, x0:x1] = entropy(p)
+
+        corners = [(y0, x0) for y0 in range(0, h, tile) for x0 in range(0, w, tile)]
+        workers = min(n_threads(), len(corners))
+        if workers <= 1:
+            for corner in corners:
+                one_tile(corner)
+        else:
+            # Tiles side by side, each on one thread: the graph cut holds the GIL and runs on one core, so a tile's
+            # cut overlaps another's features and forest. Each tile's values are those of a serial run.
+            def serial_tile(corner: tuple[int, int]) -> None:
+                with numba_threads(1):
+                    one_tile(corner)
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="imageforest-tile") as pool:
+                list(pool.map(serial_tile, corners))
         return Segmentation(labels, proba, uncertainty, self.classes_.copy())
 
     def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:

@@ -200,6 +200,13 @@ def test_large_pictures_are_segmented_in_tiles_that_agree_with_the_whole(monkeyp
     tiled = forest.segment_tiles(big, tile=100, halo=64)  # tiles cut through the discs
     assert np.array_equal(tiled.labels, whole.labels)
     assert np.allclose(tiled.probabilities, whole.probabilities, atol=1e-6)
+    from imageforest.estimators.base import numba_threads
+
+    with numba_threads(1):  # tiles one after the other: the same values as tiles side by side
+        alone = forest.segment_tiles(big, tile=100, halo=64)
+    assert all(np.array_equal(a, b) for a, b in ((alone.labels, tiled.labels),
+                                                 (alone.probabilities, tiled.probabilities),
+                                                 (alone.uncertainty, tiled.uncertainty)))
     grey = big[..., 0]
     grey_forest = SegmentationSession(img[..., 0])
     grey_forest.set_scribbles(strokes(fg=1, bg=2))
