@@ -8,8 +8,8 @@ the widget only moves data between layers and a background worker:
 - every finished stroke starts an update in a worker thread; a stroke during an update makes that update stale:
   it stops at its next step and a new one starts with all the strokes (the viewer never waits);
 - results are layers: "segmentation" (Labels), "probability" (of the first class) and "uncertainty" (posterior
-  entropy) as Images, "suggestions" (Points) where a next scribble would help most; "Next suggestion" moves the
-  view to them in turn;
+  entropy) as Images, shown as soon as the update ends, then "suggestions" (Points) where a next scribble would
+  help most; "Next suggestion" moves the view to them in turn;
 - the model (a forest grown on the scribbles and the confidently segmented pixels) can be saved, loaded, and
   applied to another layer, frame by frame for a stack of pictures.
 Errors (one class painted, a model for other images, ...) appear in napari's notifications; scribbles stay.
@@ -286,18 +286,25 @@ class SegmentationWidget(QWidget):
                 try:
                     step = next(steps)
                 except StopIteration as done:
-                    return generation, done.value, session.suggest(N_SUGGESTIONS)
+                    result = done.value
+                    break
                 # the first cut is shown while the colour rounds refine it; a stale update stops at any step
-                yield generation, session.preview if step == "graph_cut" else None
+                yield generation, "preview", session.preview if step == "graph_cut" else None
+            yield generation, "result", result  # shown before the suggestions are looked for
+            return generation, session.suggest(N_SUGGESTIONS)
 
         self._busy("Segmenting ...")
-        self._run(work, returned=self._updated, yielded=self._preview)
+        self._run(work, returned=self._suggested, yielded=self._arrived)
 
-    def _preview(self, value) -> None:
-        generation, labels = value
-        if labels is None or generation != self.generation:
+    def _arrived(self, value) -> None:
+        """A step of the update: the first cut's labels (a preview) or the result."""
+        generation, kind, payload = value
+        if payload is None or generation != self.generation:
             return
-        self._show_segmentation(labels, np.unique(self.session.scribbles[self.session.scribbles > 0]))
+        if kind == "result":
+            self._updated(payload)
+            return
+        self._show_segmentation(payload, np.unique(self.session.scribbles[self.session.scribbles > 0]))
         self.status.setText("Segmenting ... (refining by colour)")
 
     def lock_selected(self) -> None:
@@ -325,10 +332,8 @@ class SegmentationWidget(QWidget):
             return None
         return np.asarray(layer.data)
 
-    def _updated(self, value) -> None:
-        generation, result, suggestions = value
-        if generation != self.generation:
-            return  # a newer stroke came in: its update follows
+    def _updated(self, result) -> None:
+        """Show a finished update's layers (its suggestions follow in `_suggested`)."""
         self.model = None  # grown from this result when asked for
         self._show_segmentation(result.labels, result.classes)
         kw = {"scale": self.scribbles.scale, "translate": self.scribbles.translate}
@@ -337,13 +342,21 @@ class SegmentationWidget(QWidget):
         top = float(np.log(result.classes.size))
         self._set_layer("uncertainty", result.uncertainty, ImageLayer, colormap="inferno",
                         contrast_limits=(0.0, top), visible=False, **kw)
+        self.viewer.layers.selection.active = self.scribbles
+        t = result.timing_s
+        self.status.setText(f"Updated in {sum(t.values()):.2f} s "
+                            f"({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
+
+    def _suggested(self, value) -> None:
+        generation, suggestions = value
+        if generation != self.generation:
+            return  # a newer stroke came in: its update follows
         self.suggestions = suggestions
         self._next = 0
         points = suggestions * np.asarray(self.scribbles.scale) + np.asarray(self.scribbles.translate)
         self._set_layer("suggestions", points, None, **{})
         self.viewer.layers.selection.active = self.scribbles
-        t = result.timing_s
-        self._idle(f"Updated in {sum(t.values()):.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in t.items())}).")
+        self._idle(self.status.text())
 
     def _show_segmentation(self, labels: np.ndarray, classes: np.ndarray) -> None:
         """The `segmentation` layer on the scribbles' grid, each class in its scribbles' colour."""

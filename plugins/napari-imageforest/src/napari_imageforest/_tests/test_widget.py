@@ -285,21 +285,27 @@ def test_a_locked_label_keeps_its_pixels_through_new_strokes(started, qtbot):
 
 def test_the_first_cut_shows_while_the_colour_rounds_run(started, qtbot, monkeypatch):
     viewer, widget, disc = started
-    shown = []
-    real = widget._preview
+    shown, kinds = [], []
+    real = widget._arrived
 
-    def preview(value):
+    def arrived(value):
         real(value)
-        shown.append(value[1] is not None and "segmentation" in viewer.layers)
-        if value[1] is not None:  # the layer holds the first cut until the refined result replaces it
-            assert np.array_equal(viewer.layers["segmentation"].data, value[1])
+        generation, kind, payload = value
+        kinds.append(kind)
+        if kind == "preview":
+            shown.append(payload is not None and "segmentation" in viewer.layers)
+            if payload is not None:  # the layer holds the first cut until the refined result replaces it
+                assert np.array_equal(viewer.layers["segmentation"].data, payload)
+        elif generation == widget.generation:  # the result is shown before its suggestions come
+            assert np.array_equal(viewer.layers["segmentation"].data, payload.labels)
 
-    monkeypatch.setattr(widget, "_preview", preview)
+    monkeypatch.setattr(widget, "_arrived", arrived)
     marks = np.zeros(disc.shape, np.uint8)
     marks[28:33, 34:40] = 1
     marks[2:6, 2:70] = 2
     viewer.layers["scribbles"].data = marks
     qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
     assert any(shown)  # the colour rounds (on for pictures) were previewed
+    assert kinds[-1] == "result" and "suggestions" in viewer.layers
     seg = viewer.layers["segmentation"].data
     assert np.sum((seg == 1) & disc) / np.sum((seg == 1) | disc) > 0.85
