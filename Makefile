@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml plugins/napari-imageforest/pyproject.toml
 	# and so does compileall for the project's own sources: where PYTHONDONTWRITEBYTECODE is set, every process would
 	# otherwise compile every module it imports (2.5 s of a 3.2 s `imageforest localize`)
 	( $(BIN)/python -m pip install --quiet uv && VIRTUAL_ENV=$(VENV) $(BIN)/uv pip install --quiet --compile-bytecode \
-		--python $(BIN)/python -e ".[dev,dask,dicom]" -e "./plugins/napari-imageforest[testing]" ) \
-	|| $(BIN)/python -m pip install --quiet -e ".[dev,dask,dicom]" -e "./plugins/napari-imageforest[testing]"
+		--python $(BIN)/python -e ".[dev,dask,dicom,zarr]" -e "./plugins/napari-imageforest[testing]" ) \
+	|| $(BIN)/python -m pip install --quiet -e ".[dev,dask,dicom,zarr]" -e "./plugins/napari-imageforest[testing]"
 	$(BIN)/python -m compileall -q imageforest apps plugins > /dev/null
 	# numba's cache, filled on both cores: the engine's common kernels, its wider settings and the papers' variants,
 	# then every installed application's warm-up (found through the imageforest.apps entry points), each in a process

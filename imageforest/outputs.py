@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from imageforest.cli import fail
@@ -104,6 +105,8 @@ def check_destination(path: Path, inputs: set[Path], what: str, devices: bool) -
     if resolved(path, what) in inputs:
         raise fail(f"{what}: {path} is an input; refusing to overwrite it")
     if path.is_dir():
+        if zarr_folder(path):
+            return  # an OME-Zarr image written before: replaced once the new one is complete
         raise fail(f"{what}: {path} is a folder; give a file name")
     if path.exists() and not path.is_file() and not (devices and path.is_char_device()):
         raise fail(f"{what}: {path} is not a regular file" + (" or a device like /dev/null (a pipe?)" if devices
@@ -149,11 +152,41 @@ class StagedOutputs:
     def __exit__(self, kind, value, traceback) -> None:
         if kind is None:
             for temp, target in self._staged:
-                if temp.exists():
+                if temp.is_dir():
+                    replace_folder(temp, target)
+                elif temp.exists():
                     os.replace(temp, target)
             return
         for temp, _ in self._staged:
-            temp.unlink(missing_ok=True)
+            if temp.is_dir():
+                shutil.rmtree(temp, ignore_errors=True)
+            else:
+                temp.unlink(missing_ok=True)
+
+
+def zarr_folder(path: Path) -> bool:
+    """Whether `path` is a folder named `*.zarr` with Zarr metadata at its top (an OME-Zarr image)."""
+    return (path.name.lower().endswith(".zarr") and path.is_dir()
+            and any((path / name).is_file() for name in ("zarr.json", ".zattrs", ".zgroup")))
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """Move the folder `new` to `target`; an existing `target` (a folder output of an earlier run) is moved aside
+    first and removed only once `new` is in place."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    aside = target.with_name(f".{target.name}.{os.getpid()}.old")
+    os.rename(target, aside)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(aside, target)
+        raise
+    if aside.is_dir():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
 
 
 def check_outputs(outputs: dict[str, Path | None], inputs: list[Path]) -> None:

@@ -121,7 +121,9 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
 
         for path, what in ((image, "image"), (scribbles_path, "scribbles"), (model_path, "model"),
                            (init_path, "init")):
-            if path is not None and not (what == "image" and path.is_dir()):  # a DICOM folder is an image
+            # a DICOM series folder is an image; an OME-Zarr folder may be the image, the scribbles or the init
+            folder = path is not None and path.is_dir() and (what == "image" or path.name.lower().endswith(".zarr"))
+            if path is not None and not folder:
                 regular_file(path, what)
         check_output_suffixes(image, mask_path, proba_path, uncertainty_path, overlay_path, save_model_path)
     except ImageForestError as exc:

@@ -23,6 +23,7 @@ from imageforest.imaging.io import Image, read_image, write_image
 PICTURE_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
 LABEL_PICTURE_SUFFIXES = (".png", ".tif", ".tiff", ".bmp")
 VOLUME_SUFFIXES = (".nii", ".nii.gz", ".nrrd", ".mha", ".mhd")
+ZARR_SUFFIX = ".zarr"  # an OME-Zarr image folder (`*.ome.zarr`), a picture or a volume
 
 
 def _suffix(path: Path) -> str:
@@ -124,6 +125,11 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
     volumes (the image's geometry)."""
     path = Path(path)
     suffix = _suffix(path)
+    if suffix == ZARR_SUFFIX:
+        from imageforest.imaging.ome_zarr import write_ome_zarr
+
+        write_ome_zarr(np.asarray(labels).astype(np.uint8 if labels.max() <= 255 else np.uint16), path, image)
+        return
     if image.ndim == 2:
         if suffix not in LABEL_PICTURE_SUFFIXES:
             raise InvalidInputError(f"{path}: write a picture's mask as {', '.join(LABEL_PICTURE_SUFFIXES)}")
@@ -158,13 +164,19 @@ def check_output_suffixes(image_path: Path, mask: Path | None, proba: Path | Non
     """Refuse, before any work, an output whose suffix cannot hold what it is given for an image of this kind
     (told by the image's suffix: a picture, or a volume)."""
     picture = _suffix(image_path) in PICTURE_SUFFIXES
-    masks = LABEL_PICTURE_SUFFIXES if picture else VOLUME_SUFFIXES
-    maps = (".npy", ".tif", ".tiff") + ((".png",) if picture else VOLUME_SUFFIXES)
-    kind = "picture" if picture else "volume"
+    if _suffix(image_path) == ZARR_SUFFIX:  # a picture or a volume: told when it is read (the writers check then)
+        masks = LABEL_PICTURE_SUFFIXES + VOLUME_SUFFIXES + (ZARR_SUFFIX,)
+        maps = (".npy", ".tif", ".tiff", ".png", ZARR_SUFFIX, *VOLUME_SUFFIXES)
+        kind, probas = "an image", maps
+    else:
+        masks = (LABEL_PICTURE_SUFFIXES if picture else VOLUME_SUFFIXES) + (ZARR_SUFFIX,)
+        maps = (".npy", ".tif", ".tiff", ZARR_SUFFIX) + ((".png",) if picture else VOLUME_SUFFIXES)
+        kind = "a picture" if picture else "a volume"
+        probas = (".npy", ".tif", ".tiff", ZARR_SUFFIX) if picture else maps
     for flag, path, what, allowed in (
-            ("-o", mask, f"a {kind}'s mask as", masks),
-            ("--proba", proba, f"a {kind}'s probabilities as", (".npy", ".tif", ".tiff") if picture else maps),
-            ("--uncertainty", uncertainty, f"a {kind}'s uncertainty as", maps),
+            ("-o", mask, f"{kind}'s mask as", masks),
+            ("--proba", proba, f"{kind}'s probabilities as", probas),
+            ("--uncertainty", uncertainty, f"{kind}'s uncertainty as", maps),
             ("--overlay", overlay, "the overlay as", (".png",)), ("--save-model", model, "a model as", (".npz",))):
         if path is not None and _suffix(path) not in allowed:
             raise InvalidInputError(f"{flag}: {path}: write {what} {', '.join(allowed)}")
@@ -238,7 +250,11 @@ def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None
     path = Path(path)
     suffix = _suffix(path)
     values = np.asarray(values, dtype=np.float32)
-    if suffix == ".npy":
+    if suffix == ZARR_SUFFIX:
+        from imageforest.imaging.ome_zarr import write_ome_zarr
+
+        write_ome_zarr(values, path, image)
+    elif suffix == ".npy":
         atomic_write(path, lambda fh: np.save(fh, values, allow_pickle=False))
     elif image.ndim == 2 and suffix in (".tif", ".tiff"):
         import tifffile
@@ -253,7 +269,8 @@ def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None
     elif image.ndim == 3 and suffix in VOLUME_SUFFIXES:
         write_image(_like(values, image), path)
     else:
-        kinds = ".npy, .tif" + (", .png (a scalar map)" if image.ndim == 2 else ", " + ", ".join(VOLUME_SUFFIXES))
+        kinds = ".npy, .tif, .zarr" + (", .png (a scalar map)" if image.ndim == 2
+                                       else ", " + ", ".join(VOLUME_SUFFIXES))
         raise InvalidInputError(f"{path}: write this map as {kinds}")
 
 

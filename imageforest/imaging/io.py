@@ -291,7 +291,8 @@ def _dicom_files_outside(folder: Path, series: dict) -> list[Path]:
 
 
 def read_image(path: str | os.PathLike, max_points: int | None = None) -> Image:
-    """Read a NIfTI, NRRD, MHA file, a DICOM series folder, or a PNG/JPEG/TIFF/BMP image.
+    """Read a NIfTI, NRRD, MHA file, a DICOM series folder, an OME-Zarr image folder (`*.zarr`; needs the ome-zarr
+    package, `imageforest.imaging.ome_zarr`), or a PNG/JPEG/TIFF/BMP image.
 
     Volumes come back reoriented to LPS. 16-bit PNGs keep their integer values (depth maps in mm). `max_points`:
     the most pixels or voxels (colour channels not counted) the caller reads, checked from the header before any
@@ -312,6 +313,10 @@ def read_image(path: str | os.PathLike, max_points: int | None = None) -> Image:
     if not (path.is_file() or path.is_dir()):  # a FIFO or a device would block the reader or never end
         raise _fail(path, "is not a regular file or a folder")
     notes: list[str] = []
+    if path.is_dir() and path.name.lower().endswith(".zarr"):
+        from imageforest.imaging.ome_zarr import read_ome_zarr
+
+        return read_ome_zarr(path, max_points)
     try:
         if path.is_dir():
             img, notes = _read_dicom_folder(path)
