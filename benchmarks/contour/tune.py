@@ -5,8 +5,9 @@ background scale) by validation inside the training folds, never on the scans a 
         --grid prior_weight=0,0.5,1,2 --grid background_scale=1,1.5,2
 
 For fold F of the same split as `cross_validate.py` (same seed), the forest trains on the first `--train-cases`
-scans of the other folds and every combination of the grid is scored (mean Dice over the organs, localizer boxes)
-on the next `--val-cases` scans of those folds; fold F's own scans are never read.
+scans of the other folds and every combination of the grid is scored (mean Dice over the organs) on the next
+`--val-cases` scans of those folds, inside the shipped localizer's boxes or, `--boxes fold-localizer`, those of a
+localizer trained on the same training scans (the boxes a new scan gets); fold F's own scans are never read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import localizer_boxes
+from benchmarks.contour.cross_validate import fold_localizer_boxes, localizer_boxes
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.model import OrganContourer
 from imageforest.apps.contour.recipe import recipe_for
@@ -46,6 +47,9 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None,
                     help="a forest already grown on these --train-cases scans (for example cross_validate.py's "
                          "--save-models of the same fold), scored instead of growing one")
+    ap.add_argument("--boxes", choices=("localizer", "fold-localizer"), default="localizer",
+                    help="the shipped localizer's boxes (it saw every scan, so they are better than a new scan's) or "
+                         "those of a localizer trained on the --train-cases scans alone (what a new scan gets)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -59,8 +63,12 @@ def main() -> None:
     used = (val + check) if args.model is not None else (train + val + check)
     scans = {i: read_scan(cases[i].scan) for i in used}
     labels = {i: np.asarray(read_image(cases[i].labels).array) for i in used}
-    given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
-                            Path("bench_out/contour_localizer_boxes.json"))
+    if args.boxes == "fold-localizer":
+        given = fold_localizer_boxes(cases, scans, organs, train, val + check,
+                                     Path(f"bench_out/contour_fold{args.fold}_localizer_boxes_validation.json"))
+    else:
+        given = localizer_boxes([cases[i] for i in used], [scans[i] for i in used],
+                                Path("bench_out/contour_localizer_boxes.json"))
     t0 = time.perf_counter()
     if args.model is not None:
         model = OrganContourer.load(args.model)
