@@ -46,8 +46,9 @@ import numpy as np
 from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, SegmentationForest, entropy, label_dtype
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
+from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError
-from imageforest.forest.threads import run_ranges
+from imageforest.forest.threads import n_threads, run_ranges
 from imageforest.imaging.colour_models import class_colour_posterior, exp_normalise
 from imageforest.imaging.geodesic import geodesic_distances
 from imageforest.imaging.regularize import contrast_weights, graph_cut
@@ -211,7 +212,9 @@ class SegmentationSession:
         timing = {}
         t0 = time.perf_counter()
         # the geodesic sweeps run beside the forest: an added stroke sweeps one class, on one thread
-        sweeps = _SWEEPS.submit(self._geodesic_distances, flat, classes) if self.geodesic_weight > 0 else None
+        sweeps = None
+        if self.geodesic_weight > 0:  # on the caller's thread count (a command's --threads), which is per thread
+            sweeps = _SWEEPS.submit(self._geodesic_on_threads, n_threads(), flat, classes)
         train = self._training_pixels(index)
         forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
         p_forest = forest.pixel_posterior(self.prepared)
@@ -386,6 +389,11 @@ class SegmentationSession:
             new = {c: (self.gamma, seeds[c], np.ascontiguousarray(d[:, j])) for j, c in enumerate(todo)}
         known.update(new)
         return np.stack([known[int(c)][2] for c in classes], axis=1), new
+
+    def _geodesic_on_threads(self, threads: int, flat: np.ndarray, classes: np.ndarray):
+        """`_geodesic_distances` with numba's kernels on `threads` threads."""
+        with numba_threads(threads):
+            return self._geodesic_distances(flat, classes)
 
     def _commit_geodesic(self, new: dict[int, tuple[float, np.ndarray, np.ndarray]], classes: np.ndarray) -> None:
         """Keep the distances of the classes painted now (`new` replacing their old entries)."""

@@ -299,3 +299,25 @@ def test_uncertainty_is_the_posteriors_entropy():
     h = entropy(p.astype(np.float32))
     assert h.shape == (30, 20) and h.dtype == np.float32 and h[0, 0] == 0
     assert np.allclose(h, expected, atol=1e-6)
+
+
+def test_the_geodesic_sweeps_keep_the_callers_thread_count(ball_volume, monkeypatch):
+    import numba
+
+    import imageforest.apps.segment.session as session_module
+    from imageforest.estimators.base import numba_threads
+
+    vol, _, scr = ball_volume
+    seen = []
+    real = session_module.geodesic_distances
+
+    def recording(*args, **kwargs):
+        seen.append(numba.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "geodesic_distances", recording)
+    session = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0))
+    session.set_scribbles(scr)
+    with numba_threads(1):  # as `imageforest segment --threads 1` runs it
+        session.update()
+    assert seen == [1]
