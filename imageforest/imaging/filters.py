@@ -174,58 +174,62 @@ class FilterBank:
         def sigma_of(scale: float):
             return tuple(scale * per_mm) if spacing is not None else scale
 
-        def derivative(scale: float, axis: int) -> np.ndarray:
+        def shared_result(key: tuple) -> np.ndarray:
+            """A result two filters read: ("grad", s, axis), a first derivative of Gaussian, or ("smooth", s)."""
+            if key[0] == "smooth":
+                return ndimage.gaussian_filter(arr, sigma_of(key[1]))
             order = [0] * ndim
-            order[axis] = 1
-            return ndimage.gaussian_filter(arr, sigma_of(scale), order=order)
+            order[key[2]] = 1
+            return ndimage.gaussian_filter(arr, sigma_of(key[1]), order=order)
 
         def filtered(name: str, scale: float) -> list[np.ndarray]:
             sigma = sigma_of(scale)
             if name == "gaussian":
-                return [ndimage.gaussian_filter(arr, sigma)]
+                return [_value(shared[("smooth", scale)])]
             if name == "laplacian_of_gaussian":
                 return [ndimage.gaussian_laplace(arr, sigma)]
             if name == "difference_of_gaussians":
-                return [ndimage.gaussian_filter(arr, sigma) - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma))]
+                return [_value(shared[("smooth", scale)]) - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma))]
             if name == "hessian_eigenvalues":
                 return _sym_eigvals(_hessian(arr, sigma))
             if name == "gradient_magnitude":  # summed as scipy's gaussian_gradient_magnitude sums, in float32
-                g = [_value(grads[(scale, axis)]) for axis in range(ndim)]
+                g = [_value(shared[("grad", scale, axis)]) for axis in range(ndim)]
                 mag = g[0] * g[0]
                 for comp in g[1:]:
                     mag += comp * comp
                 return [np.sqrt(mag, out=mag)]
-            g = [_value(grads[(scale / 2, axis)]) for axis in range(ndim)]  # the structure tensor's inner scale
+            g = [_value(shared[("grad", scale / 2, axis)]) for axis in range(ndim)]  # the tensor's inner scale
             tensor = [[None] * ndim for _ in range(ndim)]
             for i in range(ndim):
                 for j in range(i, ndim):
                     tensor[i][j] = tensor[j][i] = ndimage.gaussian_filter(g[i] * g[j], sigma)
             return _sym_eigvals(tensor)
 
-        # First derivatives of Gaussian are shared: the gradient magnitude at s and the structure tensor at 2 s
-        # (its inner scale s) read the same ones. They are queued first; then every (filter, scale) is one task,
-        # the larger scales first (each costs about its scale times its number of filters), so that the threads
-        # finish together; a task that needs derivatives waits for them, which were all started before it.
-        need = {s_ for s_ in self.scales if "gradient_magnitude" in self.filters}
-        need |= {s_ / 2 for s_ in self.scales if "structure_tensor_eigenvalues" in self.filters}
-        first = [(scale, axis) for scale in sorted(need, reverse=True) for axis in range(ndim)]
-        weight = {"gaussian": 1, "laplacian_of_gaussian": ndim, "difference_of_gaussians": 2, "gradient_magnitude": 0,
+        # Results two filters read are computed once and queued first: the first derivatives of Gaussian (the
+        # gradient magnitude at s and the structure tensor at 2 s, whose inner scale is s) and the smoothed image
+        # (the Gaussian and the difference of Gaussians at s). Then every (filter, scale) is one task, the larger
+        # scales first (each costs about its scale times its number of filters), so that the threads finish
+        # together; a task waits only for shared results, which were all started before it.
+        grads = {s_ for s_ in self.scales if "gradient_magnitude" in self.filters}
+        grads |= {s_ / 2 for s_ in self.scales if "structure_tensor_eigenvalues" in self.filters}
+        smooths = {s_ for s_ in self.scales if {"gaussian", "difference_of_gaussians"} & set(self.filters)}
+        first = [("grad", scale, axis) for scale in sorted(grads, reverse=True) for axis in range(ndim)]
+        first += [("smooth", scale) for scale in sorted(smooths, reverse=True)]
+        weight = {"gaussian": 0, "laplacian_of_gaussian": ndim, "difference_of_gaussians": 1, "gradient_magnitude": 0,
                   "hessian_eigenvalues": ndim * (ndim + 1) // 2, "structure_tensor_eigenvalues": ndim * (ndim + 1) // 2}
         jobs = sorted(((name, scale) for scale in self.scales for name in self.filters),
                       key=lambda job: -weight[job[0]] * job[1])
         workers = min(numba.get_num_threads(), len(first) + len(jobs))
-        grads: dict[tuple[float, int], object] = {}
-        results: dict[tuple[str, float], object] = {}
+        shared: dict[tuple, object] = {}
         if workers > 1:  # scipy's filters release the GIL: the tasks run side by side on the threads numba may use
             with ThreadPoolExecutor(workers) as pool:
                 for key in first:
-                    grads[key] = pool.submit(derivative, *key)
-                for job in jobs:
-                    results[job] = pool.submit(filtered, *job)
+                    shared[key] = pool.submit(shared_result, key)
+                results = {job: pool.submit(filtered, *job) for job in jobs}
                 out = [c for scale in self.scales for name in self.filters for c in results[(name, scale)].result()]
         else:
             for key in first:
-                grads[key] = derivative(*key)
+                shared[key] = shared_result(key)
             out = [c for scale in self.scales for name in self.filters for c in filtered(name, scale)]
         return [np.ascontiguousarray(c, dtype=np.float32) for c in out]
 
