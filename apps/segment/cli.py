@@ -117,12 +117,13 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
     inputs = [p for p in (image, scribbles_path, model_path, init_path) if p is not None]
     try:
         from imageforest.apps.segment.image_files import check_output_suffixes
+        from imageforest.imaging.ome_zarr import is_zarr_path
         from imageforest.imaging.pictures import regular_file
 
         for path, what in ((image, "image"), (scribbles_path, "scribbles"), (model_path, "model"),
                            (init_path, "init")):
             # a DICOM series folder is an image; an OME-Zarr folder may be the image, the scribbles or the init
-            folder = path is not None and path.is_dir() and (what == "image" or path.name.lower().endswith(".zarr"))
+            folder = path is not None and path.is_dir() and (what == "image" or is_zarr_path(path))
             if path is not None and not folder:
                 regular_file(path, what)
         check_output_suffixes(image, mask_path, proba_path, uncertainty_path, overlay_path, save_model_path)

@@ -19,11 +19,11 @@ import numpy as np
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import atomic_write as write_atomically
 from imageforest.imaging.io import Image, read_image, write_image
+from imageforest.imaging.ome_zarr import ZARR_SUFFIX  # an OME-Zarr image folder (`*.ome.zarr`), a picture or a volume
 
 PICTURE_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
 LABEL_PICTURE_SUFFIXES = (".png", ".tif", ".tiff", ".bmp")
 VOLUME_SUFFIXES = (".nii", ".nii.gz", ".nrrd", ".mha", ".mhd")
-ZARR_SUFFIX = ".zarr"  # an OME-Zarr image folder (`*.ome.zarr`), a picture or a volume
 
 
 def _suffix(path: Path) -> str:
@@ -128,7 +128,7 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
     if suffix == ZARR_SUFFIX:
         from imageforest.imaging.ome_zarr import write_ome_zarr
 
-        write_ome_zarr(np.asarray(labels).astype(np.uint8 if labels.max() <= 255 else np.uint16), path, image)
+        write_ome_zarr(labels, path, image)  # as uint8, or uint16 past 255
         return
     if image.ndim == 2:
         if suffix not in LABEL_PICTURE_SUFFIXES:

@@ -45,11 +45,11 @@ def geodesic_distances(intensity: np.ndarray, seed_labels: np.ndarray, n_labels:
     labels = np.asarray(seed_labels)
     feat, _, sp, planar = _checked(intensity, labels, spacing)
     grid = labels.reshape(feat.shape[:3])
-    k_shape = (*grid.shape, int(n_labels))
     if start is not None:
-        start = np.asarray(start, dtype=np.float32).reshape(k_shape) if np.size(start) == np.prod(k_shape) else None
-        if start is None:
+        start = np.asarray(start, dtype=np.float32)
+        if start.size != grid.size * int(n_labels):
             raise InvalidInputError(f"start distances must have the seeds' shape plus {n_labels} labels")
+        start = start.reshape(*grid.shape, int(n_labels))
     half = _HALF[_HALF[:, 0] == 0] if feat.shape[0] == 1 else _HALF
     # labels split into one group per thread, each group in its own array (threads never share a cache line)
     groups = [g for g in np.array_split(np.arange(int(n_labels)), min(n_threads(), int(n_labels))) if g.size]

@@ -313,10 +313,11 @@ def read_image(path: str | os.PathLike, max_points: int | None = None) -> Image:
     if not (path.is_file() or path.is_dir()):  # a FIFO or a device would block the reader or never end
         raise _fail(path, "is not a regular file or a folder")
     notes: list[str] = []
-    if path.is_dir() and path.name.lower().endswith(".zarr"):
-        from imageforest.imaging.ome_zarr import read_ome_zarr
+    if path.is_dir():
+        from imageforest.imaging.ome_zarr import is_zarr_path, read_ome_zarr
 
-        return read_ome_zarr(path, max_points)
+        if is_zarr_path(path):
+            return read_ome_zarr(path, max_points)
     try:
         if path.is_dir():
             img, notes = _read_dicom_folder(path)

@@ -34,13 +34,7 @@ MM_PER_UNIT = {"meter": 1e3, "decimeter": 1e2, "centimeter": 10.0, "millimeter":
 
 def is_zarr_path(path: str | os.PathLike) -> bool:
     """Whether a path names an OME-Zarr image by its name (`*.zarr`, `*.ome.zarr`), existing or not."""
-    return Path(path).name.lower().rstrip("/").endswith(ZARR_SUFFIX)
-
-
-def is_ome_zarr(path: str | os.PathLike) -> bool:
-    """Whether `path` is a Zarr folder (version 2 or 3 metadata at its top)."""
-    path = Path(path)
-    return path.is_dir() and any((path / name).is_file() for name in ("zarr.json", ".zattrs", ".zgroup"))
+    return Path(path).name.lower().endswith(ZARR_SUFFIX)
 
 
 def _modules():
