@@ -21,11 +21,14 @@ from pathlib import Path
 
 from imageforest.apps.segment.image_files import PICTURE_SUFFIXES
 from imageforest.batches import SCAN_SUFFIXES, BatchItem, plan_batch, run_batch
+from imageforest.imaging.ome_zarr import is_zarr_path
 
-# Suffixes an image's name loses in its outputs' names; a picture's mask is a palette PNG, a volume's a NIfTI file
-IMAGE_SUFFIXES = (*SCAN_SUFFIXES, *PICTURE_SUFFIXES)
+# Suffixes an image's name loses in its outputs' names; a picture's mask is a palette PNG, a volume's a NIfTI file,
+# and an OME-Zarr image's outputs are OME-Zarr images again (on its scale and origin)
+IMAGE_SUFFIXES = (".ome.zarr", ".zarr", *SCAN_SUFFIXES, *PICTURE_SUFFIXES)
 PICTURE_OUTPUTS = {"out": ".png", "probabilities": "_proba.tif", "uncertainty": "_uncertainty.tif"}
 VOLUME_OUTPUTS = {"out": ".nii.gz", "probabilities": "_proba.nii.gz", "uncertainty": "_uncertainty.nii.gz"}
+ZARR_OUTPUTS = {"out": ".ome.zarr", "probabilities": "_proba.ome.zarr", "uncertainty": "_uncertainty.ome.zarr"}
 
 
 def is_picture(path: Path) -> bool:
@@ -103,9 +106,10 @@ def segmentation_document(scan: Path, result, picture, version: str) -> dict:
 def plan_segment_batch(images: list[Path], json_dir: Path, out: Path | None = None,
                        probabilities: Path | None = None, uncertainty: Path | None = None,
                        overlay: Path | None = None) -> list[BatchItem]:
-    """Every image's outputs: ``<stem>.json`` in `json_dir`; the mask ``<stem>.png`` (a picture) or
-    ``<stem>.nii.gz`` (a volume) in `out`; ``<stem>_proba.tif|.nii.gz`` and ``<stem>_uncertainty.tif|.nii.gz`` in
-    `probabilities` and `uncertainty`; ``<stem>_overlay.png`` in `overlay`. Folders are created when missing."""
+    """Every image's outputs: ``<stem>.json`` in `json_dir`; the mask ``<stem>.png`` (a picture),
+    ``<stem>.nii.gz`` (a volume) or ``<stem>.ome.zarr`` (an OME-Zarr image) in `out`;
+    ``<stem>_proba.tif|.nii.gz|.ome.zarr`` and ``<stem>_uncertainty.tif|.nii.gz|.ome.zarr`` in `probabilities` and
+    `uncertainty`; ``<stem>_overlay.png`` in `overlay`. Folders are created when missing."""
     wanted = {"out": out, "probabilities": probabilities, "uncertainty": uncertainty, "overlay": overlay}
     outputs = {kind: (target or False, PICTURE_OUTPUTS.get(kind, "_overlay.png")) for kind, target in wanted.items()}
     items = plan_batch(images, json_dir, outputs, IMAGE_SUFFIXES)
@@ -114,8 +118,9 @@ def plan_segment_batch(images: list[Path], json_dir: Path, out: Path | None = No
         if is_picture(item.scan):
             planned.append(item)
             continue
-        moved = {kind: path.with_name(path.name[:-len(PICTURE_OUTPUTS[kind])] + VOLUME_OUTPUTS[kind])
-                 if kind in VOLUME_OUTPUTS else path for kind, path in item.outputs.items()}
+        suffixes = ZARR_OUTPUTS if is_zarr_path(item.scan) else VOLUME_OUTPUTS
+        moved = {kind: path.with_name(path.name[:-len(PICTURE_OUTPUTS[kind])] + suffixes[kind])
+                 if kind in suffixes else path for kind, path in item.outputs.items()}
         planned.append(dataclasses.replace(item, outputs=moved))
     return planned
 
@@ -130,7 +135,7 @@ def segment_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, mod
 
     Parameters
     ----------
-    paths : pictures, volume files or DICOM series folders (expand ``@list.txt`` and globs with
+    paths : pictures, volume files, DICOM series folders or OME-Zarr images (expand ``@list.txt`` and globs with
         `imageforest.batches.expand_scan_arguments` first)
     out : folder of the masks (created when missing)
     model : a saved segmentation model (.npz); a cluster's workers must see the same path

@@ -80,9 +80,10 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
 
     With a saved model (--model) IMAGE may be several images, @LIST (a file listing one per line) or a quoted
     glob ('pictures/*.png'): a batch. OUT and the other outputs are then folders, each image's files named after
-    it (<name>.png for a picture's mask, <name>.nii.gz for a volume's, <name>.json), the model is loaded once, an
-    image that fails is one line and the batch goes on; --workers/--scheduler run it on Dask, --resume skips
-    finished images, and OUT/batch_report.json reports every image."""
+    it (<name>.png for a picture's mask, <name>.nii.gz for a volume's, <name>.ome.zarr for an OME-Zarr image's,
+    <name>.json), the model is loaded once, an image that fails is one line and the batch goes on;
+    --workers/--scheduler run it on Dask, --resume skips finished images, and OUT/batch_report.json reports
+    every image."""
     if mask_path is not None and mask_alias is not None:
         raise _fail("give the mask once: -o/--out (--output is its older spelling)")
     mask_path = mask_path or mask_alias

@@ -67,6 +67,35 @@ def test_an_ome_zarr_picture_segments_as_its_png(files):
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
 
 
+def test_a_batch_of_ome_zarr_images_writes_ome_zarr_masks(tmp_path, files):
+    root, _ = files
+    r = run("segment", root / "pic.png", "--scribbles", root / "scribbles.png", "-o", tmp_path / "ref.png",
+            "--save-model", tmp_path / "m.npz")
+    assert r.exit_code == 0, r.output
+    r = run("segment", root / "pic.png", "--model", tmp_path / "m.npz", "-o", tmp_path / "ref.png")
+    assert r.exit_code == 0, r.output
+    import shutil
+
+    import zarr
+
+    shutil.copytree(root / "pic.ome.zarr", tmp_path / "in" / "b.zarr")
+    shutil.copytree(root / "pic.ome.zarr", tmp_path / "in" / "a.ome.zarr")
+    (tmp_path / "in" / "bad.zarr").mkdir()
+    r = run("segment", str(tmp_path / "in" / "*.zarr"), "--model", tmp_path / "m.npz", "-o", tmp_path / "out",
+            "--proba", tmp_path / "maps")
+    assert r.exit_code == 1 and "bad.zarr" in r.output  # one image failed: reported, the others written
+    reference = np.array(PILImage.open(tmp_path / "ref.png"))
+    for stem in ("a", "b"):
+        mask = read_image(tmp_path / "out" / f"{stem}.ome.zarr")
+        assert np.array_equal(mask.array, reference)
+        proba = zarr.open_group(str(tmp_path / "maps" / f"{stem}_proba.ome.zarr"), mode="r")["s0"][:]
+        assert proba.shape == (2, *reference.shape)
+        assert (tmp_path / "out" / f"{stem}.json").is_file()
+    r = run("segment", str(tmp_path / "in" / "*.zarr"), "--model", tmp_path / "m.npz", "-o", tmp_path / "out",
+            "--proba", tmp_path / "maps", "--resume")
+    assert "bad.zarr" in r.output and not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
 def test_an_ome_zarr_volume_keeps_its_scale_in_mm(tmp_path, ball_volume):
     from imageforest.imaging.ome_zarr import write_ome_zarr
 
