@@ -120,6 +120,7 @@ def _rng_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**63 - 1))
 
 
+WINDOW_PREFIX = "window."  # model-file arrays of the window classifier
 VOTE_REACH = 16  # object sizes a leaf's vote (centre offset, object size) may span at most
 FILLED = 0.9  # training boxes covering this share of their image are crops: they say nothing of object sizes
 
@@ -203,6 +204,11 @@ class HoughForestDetector(BaseForest):
         A detection's viewpoint is read from the votes that land within this many object sizes of its maximum
         (at the scale it was found): the votes nearest the centre come from patches whose leaves placed the
         object well, and a wider disc gathers votes of the car's other views.
+    window_views : int
+        With viewpoints, also grow a classification forest over this many equal azimuth classes on a HOG
+        descriptor of each training box's whole window (`window_views.py`); `detect` multiplies its posterior for a
+        detection's box into the votes' azimuth histogram before reading the mode, which settles a car taken for its
+        mirror image or its other end. 0: the votes alone.
     flip : bool
         Also train on every training image mirrored left to right (its viewpoints mirrored with it).
     object_sizes : (2,) floats or None
@@ -227,6 +233,7 @@ class HoughForestDetector(BaseForest):
         (n_votes, 5) with the azimuth in degrees as the fifth column when the model knows viewpoints
     relative_sizes_ : (2,) smallest and largest object size relative to the image's geometric size searched
     threshold_ : default score threshold of `detect`
+    window_forest_ : the window classifier (a ClassificationForest), or None
     model_card_ : what the model is (name, training data, measured accuracy), saved with it
     """
 
@@ -237,7 +244,7 @@ class HoughForestDetector(BaseForest):
         "patch_size": Integer(4, 64), "object_size": Real(16.0, 1024.0), "patches_per_image": Integer(2, 100_000),
         "offset_share": Real(0.0, 1.0), "max_leaf_votes": Integer(1, 100_000), "n_scales": Integer(1, 32),
         "viewpoint_bins": Integer(0, 72), "viewpoint_share": Real(0.0, 1.0), "view_radius": Real(0.0, 1.0),
-        "flip": Boolean(),
+        "window_views": Integer(0, 72), "flip": Boolean(),
         "object_sizes": RealEach(1e-3, 10.0, allow_none=True),
         "smoothing": Real(0.0, 100.0), "vote_stride": Integer(1, 8), "nms_iou": Real(0.0, 1.0),
         "nms_inside": Real(0.0, 1.0),
@@ -257,7 +264,7 @@ class HoughForestDetector(BaseForest):
                  n_scales: int = 5, smoothing: float = 2.5, vote_stride: int = 1, nms_iou: float = 0.3,
                  nms_inside: float = 0.6,
                  viewpoint_bins: int = 0, viewpoint_share: float = 0.3, view_radius: float = 0.06,
-                 flip: bool = False,
+                 window_views: int = 16, flip: bool = False,
                  object_sizes: tuple[float, float] | None = None, variant: str = "hough",
                  loss: str = "tangent", random_state=None, n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
@@ -278,6 +285,7 @@ class HoughForestDetector(BaseForest):
         self.viewpoint_bins = viewpoint_bins
         self.viewpoint_share = viewpoint_share
         self.view_radius = view_radius
+        self.window_views = window_views
         self.flip = flip
         self.object_sizes = object_sizes
         self.variant = variant
@@ -309,6 +317,8 @@ class HoughForestDetector(BaseForest):
             raise InvalidInputError(f"{len(images)} images but {len(boxes)} box lists")
         if self.viewpoint_bins == 1:
             raise InvalidInputError("viewpoint_bins must be 0 (azimuth as a unit vector) or at least 2 classes")
+        if self.window_views == 1:
+            raise InvalidInputError("window_views must be 0 (no window classifier) or at least 2 classes")
         sizes_given = self._object_size_range()
         rng = np.random.default_rng(self.random_state)
         sample_rng = np.random.default_rng(_rng_seed(rng))
@@ -382,6 +392,12 @@ class HoughForestDetector(BaseForest):
         grown = self.grow(family, (stack, pts), y.size, objective, weight)
         extra = np.c_[offset, size, azimuth] if has_views else np.c_[offset, size]
         self._fit_leaves(grown, y, weight, extra, np.random.default_rng(_rng_seed(rng)))
+        self.window_forest_ = None
+        if has_views and self.window_views >= 2:
+            from imageforest.apps.detect.window_views import fit_window_views
+
+            self.window_forest_ = fit_window_views(rgbs, box_sets, views, self.window_views, _rng_seed(rng),
+                                                   self.n_jobs)
         rel = np.asarray(relative)
         self.relative_sizes_ = (np.asarray(sizes_given, dtype=np.float64) if sizes_given is not None
                                 else np.array([np.percentile(rel, 2.5), np.percentile(rel, 97.5)]))
@@ -578,33 +594,49 @@ class HoughForestDetector(BaseForest):
             chosen = [int(i) for i in keep if scores[i] >= thr][:MAX_DETECTIONS]
         t2 = time.perf_counter()
         view_radius = max(1, round(float(self.view_radius) * self.object_size))
-        views = self._viewpoints(casts, set(chosen), view_radius) if self.knows_viewpoints else {}
+        views = self._viewpoints(casts, chosen, view_radius, rgb, b) if self.knows_viewpoints and chosen else {}
         dets = [Detection(b[i].tolist(), scores[i], found_at[i], views.get(i)) for i in chosen]
         return DetectionResult(dets, houghs if keep_hough else None, [float(s) for s in factors],
                                {"vote": (t1 - t0) + (time.perf_counter() - t2), "suppress": t2 - t1})
 
-    def _viewpoints(self, casts: list, chosen: set[int], radius: int) -> dict[int, tuple[float, float]]:
+    def _viewpoints(self, casts: list, chosen: list[int], radius: int, rgb: np.ndarray, boxes: np.ndarray
+                    ) -> dict[int, tuple[float, float]]:
         """(azimuth, spread) of each chosen maximum, from the votes cast again at its scale only: a scale none of
         whose maxima is reported is not cast again. Every maximum of a scale still claims its cells, so that a
-        reported one's histogram does not depend on which of its neighbours were suppressed."""
-        views = {}
+        reported one's histogram does not depend on which of its neighbours were suppressed. With a window
+        classifier, its posterior for the maximum's box (`boxes[i]`, in `rgb`'s pixels) weighs the histogram."""
+        hists, reported = {}, set(chosen)
         for (leaves, yy, xx, weight), shape, peaks, first in casts:
-            wanted = [i for i in range(first, first + len(peaks)) if i in chosen]
+            wanted = [i for i in range(first, first + len(peaks)) if i in reported]
             if not wanted:
                 continue
             with numba_threads(self.n_jobs):
-                hists = peak_viewpoints(leaves, yy, xx, self.vote_start_, self.votes_, weight, shape, peaks, radius)
-            views.update({i: viewpoint_of(hists[i - first]) for i in wanted})
-        return views
+                cast = peak_viewpoints(leaves, yy, xx, self.vote_start_, self.votes_, weight, shape, peaks, radius)
+            hists.update({i: cast[i - first] for i in wanted})
+        if getattr(self, "window_forest_", None) is not None:
+            from imageforest.apps.detect.window_views import FLOOR, window_histograms
+
+            with numba_threads(self.n_jobs):
+                window = window_histograms(self.window_forest_, self.window_views, rgb, boxes[chosen])
+            for i, w in zip(chosen, window, strict=True):
+                total = hists[i].sum()
+                hists[i] = (hists[i] / total if total > 0 else hists[i]) * (w + FLOOR)
+        return {i: viewpoint_of(h) for i, h in hists.items()}
 
     # -- model files ---------------------------------------------------------------------------------------
     def leaf_arrays(self) -> dict[str, np.ndarray]:
-        return {"leaf_foreground": self.leaf_foreground_, "vote_start": self.vote_start_, "votes": self.votes_,
-                "relative_sizes": self.relative_sizes_}
+        arrays = {"leaf_foreground": self.leaf_foreground_, "vote_start": self.vote_start_, "votes": self.votes_,
+                  "relative_sizes": self.relative_sizes_}
+        if getattr(self, "window_forest_", None) is not None:  # the window classifier's arrays, prefixed
+            arrays.update({WINDOW_PREFIX + k: v for k, v in self.window_forest_.to_record()[1].items()})
+        return arrays
 
     def extra_metadata(self) -> dict:
-        return {"threshold": float(self.threshold_), "model_card": getattr(self, "model_card_", {}),
+        meta = {"threshold": float(self.threshold_), "model_card": getattr(self, "model_card_", {}),
                 "n_training": getattr(self, "n_training_", {})}
+        if getattr(self, "window_forest_", None) is not None:
+            meta["window_classifier"] = self.window_forest_.to_record()[0]
+        return meta
 
     def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         try:
@@ -640,11 +672,32 @@ class HoughForestDetector(BaseForest):
             raise ModelFormatError("the model card is not a mapping")
         if not isinstance(self.family_, PixelPairs) or self.family_.n_channels != N_CHANNELS:
             raise ModelFormatError("a Hough detector reads pixel pairs of the 32 Hough channels")
+        self.window_forest_ = self._restore_window_forest(meta, arrays, votes.shape[1] == 5)
         self.leaf_foreground_, self.vote_start_, self.votes_ = fg, start, votes
         self.relative_sizes_ = rel.astype(np.float64)
         self.threshold_ = float(thr)
         self.model_card_ = card
         self.n_training_ = meta.get("n_training", {})
+
+    def _restore_window_forest(self, meta: dict, arrays: dict[str, np.ndarray], knows_viewpoints: bool):
+        """The window classifier of a model file, checked; None for a file without one (a model trained without
+        viewpoints or with `window_views` 0, or written before the classifier existed)."""
+        record = meta.get("window_classifier")
+        if record is None:
+            return None
+        from imageforest.apps.detect.window_views import n_window_features
+        from imageforest.estimators.classification import ClassificationForest
+
+        if not isinstance(record, dict) or not knows_viewpoints or self.window_views < 2:
+            raise ModelFormatError("a window classifier belongs to a model with viewpoints and window_views >= 2")
+        own = {k[len(WINDOW_PREFIX):]: v for k, v in arrays.items() if k.startswith(WINDOW_PREFIX)}
+        forest = ClassificationForest.from_record(record, own, "window classifier")
+        classes = np.asarray(forest.classes_)
+        if (forest.n_features_in_ != n_window_features() or classes.dtype.kind not in "iu"
+                or np.any(classes < 0) or np.any(classes >= self.window_views)):
+            raise ModelFormatError(f"the window classifier must read {n_window_features()} features and know "
+                                   f"azimuth classes 0 to {self.window_views - 1}")
+        return forest
 
 
 def _to_shape(image: np.ndarray, shape: tuple[int, int]) -> np.ndarray:

@@ -29,7 +29,7 @@ from imageforest.apps.detect.training import train_detector
 NAME = "weizmann-horses"
 VERSION = "1"
 CARS_NAME = "wcvp-cars"
-CARS_VERSION = "1"
+CARS_VERSION = "2"  # 2: the window classifier of the viewpoints
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 

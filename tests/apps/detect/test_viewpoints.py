@@ -271,3 +271,70 @@ def test_view_radius_sets_the_disc_the_viewpoint_is_read_from(car_model, held_ca
     assert radii and set(radii) == {round(0.25 * wide.object_size)}
     with pytest.raises(InvalidInputError, match="view_radius"):
         HoughForestDetector(view_radius=2.0).fit([rgb], [np.array([[0, 0, 10, 10]])])
+
+
+def test_the_window_classifier_reads_the_heading_and_weighs_the_votes(car_model, held_cars, monkeypatch):
+    from imageforest.apps.detect.datasets import open_box_folder
+    from imageforest.apps.detect.model import HoughForestDetector
+    from imageforest.apps.detect.window_views import n_window_features, window_histograms
+    from imageforest.imaging.channels import as_rgb
+
+    model = HoughForestDetector.load(car_model)
+    assert model.window_views == 16 and model.window_forest_.n_features_in_ == n_window_features()
+    data = open_box_folder(held_cars)
+    right = []
+    for name in data.names:  # the window alone, in the truth's box
+        rgb, truth = data.load(name)
+        if data.viewpoints(name)[0] in (0.0, 180.0):  # a side view's heading is its shape (its back and front
+            # views differ by their lamps' colour, which the grey descriptor does not read)
+            hist = window_histograms(model.window_forest_, model.window_views, as_rgb(rgb), truth)[0]
+            mode = (np.argmax(hist) + 0.5) * 10.0
+            right.append(abs((mode - data.viewpoints(name)[0] + 180.0) % 360.0 - 180.0) <= 22.5)
+    assert len(right) == 6 and all(right), right
+    # detect multiplies the window's posterior into the votes' histogram: a window sure of the back view (90
+    # degrees) turns the reading of a side view's votes (scene 0, azimuth 0) to the back
+    sure = np.full(36, 1e-6)
+    sure[8:10] = 1.0
+    monkeypatch.setattr("imageforest.apps.detect.window_views.window_histograms",
+                        lambda forest, classes, rgb, boxes: np.tile(sure, (len(boxes), 1)))
+    rgb, _ = data.load(data.names[0])
+    found = model.detect(rgb, threshold=0.0).detections
+    assert found and 80.0 <= found[0].viewpoint[0] <= 100.0, found[0]
+
+
+def test_models_without_a_window_classifier_load_and_a_forged_one_is_refused(car_model, crop_folder, tmp_path):
+    from imageforest.apps.detect.model import HoughForestDetector
+    from imageforest.exceptions import ModelFormatError
+    from imageforest.forest.serialization import load_model, save_model
+
+    meta, arrays = load_model(car_model)
+    # a file written before the window classifier existed: the votes alone read the viewpoint
+    old_meta = {k: v for k, v in meta.items() if k != "window_classifier"}
+    old = {k: v for k, v in arrays.items() if not k.startswith("window.")}
+    save_model(tmp_path / "old.npz", old_meta, old)
+    model = HoughForestDetector.load(tmp_path / "old.npz")
+    assert model.window_forest_ is None and model.knows_viewpoints
+    img, _ = car(np.random.default_rng(5), 0.0)
+    assert all(d.viewpoint is not None for d in model.detect(img, 0.0).detections)
+    # classes beyond window_views
+    forged = dict(arrays)
+    forged["window.classes"] = arrays["window.classes"] + 40
+    save_model(tmp_path / "forged.npz", meta, forged)
+    with pytest.raises(ModelFormatError, match="azimuth classes"):
+        HoughForestDetector.load(tmp_path / "forged.npz")
+    # the seed fixes the whole file, the window classifier's bytes included
+    from imageforest.apps.detect.training import train_detector
+
+    a, _ = train_detector(crop_folder, n_trees=2, max_depth=6, n_candidates=20, patches_per_image=60,
+                          object_sizes=(0.3, 0.6), flip=True, random_state=3, n_jobs=1)
+    b, _ = train_detector(crop_folder, n_trees=2, max_depth=6, n_candidates=20, patches_per_image=60,
+                          object_sizes=(0.3, 0.6), flip=True, random_state=3, n_jobs=2)
+    a.save(tmp_path / "a.npz")
+    b.save(tmp_path / "b.npz")
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    off = HoughForestDetector(2, max_depth=6, n_candidates=20, patches_per_image=60, object_sizes=(0.3, 0.6),
+                              window_views=0, random_state=3)
+    rgb, box = car(np.random.default_rng(1), 0.0)
+    rgb2, box2 = car(np.random.default_rng(2), 180.0)
+    off.fit([rgb, rgb2], [box, box2], viewpoints=[[0.0], [180.0]])
+    assert off.window_forest_ is None
