@@ -8,7 +8,8 @@ same process, trained on the same crops and scored on the same photographs.
 Data (Weizmann Cars ViewPoint, Glasner et al., "Viewpoint-aware object detection and continuous pose estimation",
 2012): training on the 947 cropped views of the 14 training cars with the 400 car-free photographs as background,
 scoring on the 222 photographs of the 3 validation cars (one car each, never seen in training). `--model` scores a
-saved model instead of training one (the shipped one: apps/detect/models/cars.npz).
+saved model instead of training one (the shipped one: apps/detect/models/cars.npz); a model with a window
+classifier of the viewpoint is also scored with its votes alone ("saved/votes").
 
 Reported per method: average precision at IoU >= 0.5 (area under the monotone precision-recall curve, VOC 2010, and
 the 11-point VOC 2007 one), recall at the equal-error rate and at any score, the azimuth error of the strongest
@@ -235,6 +236,9 @@ def main() -> None:
         pass
     elif args.model is not None:
         models["saved"] = HoughForestDetector.load(args.model)
+        if models["saved"].window_forest_ is not None:  # the same forest reading its votes alone, beside it
+            models["saved/votes"] = HoughForestDetector.load(args.model)
+            models["saved/votes"].window_forest_ = None
     else:
         for seed in [int(s) for s in args.seeds.split(",")]:
             for variant in args.variants.split(","):
