@@ -289,6 +289,43 @@ def test_a_stroke_sweeps_only_its_own_class(ball_volume):
     assert set(session._geodesic) == {1, 3}
 
 
+def test_after_a_stroke_the_forest_is_applied_where_its_answer_may_move(monkeypatch):
+    from imageforest.apps.segment.model import SegmentationForest
+
+    rng = np.random.default_rng(4)
+    zz, yy, xx = np.mgrid[:24, :64, :64]
+    ball = (zz - 12) ** 2 + (yy - 32) ** 2 + (xx - 32) ** 2 < 8 ** 2
+    vol = (np.where(ball, 60.0, 0.0) + rng.normal(0, 4, ball.shape)).astype(np.float32)
+    first = np.zeros(ball.shape, dtype=np.int16)
+    first[12, 30:34, 30:34] = 1
+    first[12, 2:5, 2:60] = 2
+    scr = first.copy()
+    scr[20, 55:60, 5:40] = 2  # the next background stroke
+    rows = []
+    real = SegmentationForest.predict_proba
+    monkeypatch.setattr(SegmentationForest, "predict_proba", lambda self, x: rows.append(len(x)) or real(self, x))
+    session = SegmentationSession(vol)
+    session.set_scribbles(first)
+    session.update()
+    assert rows == [vol.size]  # a first update: every voxel
+    rows.clear()
+    session.set_scribbles(scr)
+    local = session.update()
+    assert rows[0] == 6 * 16 * 16 and 0 < rows[1] < vol.size // 2, rows  # the sparse sample, then the band
+    full = SegmentationSession(session.prepared, local_forest=False)
+    full.set_scribbles(first)
+    full.update()
+    rows.clear()
+    full.set_scribbles(scr)
+    everywhere = full.update()
+    assert rows == [vol.size]
+    assert np.mean(local.labels == everywhere.labels) > 0.995
+    rows.clear()
+    session.set_scribbles(np.where(scr == 2, 3, scr))  # new classes: every voxel again
+    session.update()
+    assert rows == [vol.size]
+
+
 def test_uncertainty_is_the_posteriors_entropy():
     from imageforest.apps.segment.model import entropy
 
