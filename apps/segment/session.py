@@ -11,10 +11,12 @@ part through the image's own geometry):
 
 1. a `SegmentationForest` is grown on the scribbled pixels (at most `max_training_pixels`, drawn per class);
    its posterior p_f covers every pixel. After a stroke that adds no class, the new forest is applied only where
-   its answer may move (`local_forest`): pixels the last forest was unsure of, the blocks around the stroke, and
+   its answer may move (`local_updates`): pixels the last forest was unsure of, the blocks around the stroke, and
    the blocks where a sparse sample of pixels changed its mind; elsewhere p_f stays the last forest's;
 2. geodesic transduction: each class's scribbles spread along the image, the geodesic distance D_k growing with
-   every edge crossed (`imageforest.imaging.geodesic`); p_g(k) is proportional to 1 / D_k;
+   every edge crossed (`imageforest.imaging.geodesic`); p_g(k) is proportional to 1 / D_k. Only the classes whose
+   strokes changed are swept again; in a volume, a class that only gained strokes is swept within
+   `LOCAL_REACH_MM` of them (`local_updates`);
 3. the two are pooled log-linearly, p proportional to p_g^a p_f^(1 - a) (a = `geodesic_weight`);
 4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
 5. colour models re-estimated from the cut (GrabCut's iterations; Rother, Kolmogorov and Blake 2004): each class's
@@ -70,6 +72,9 @@ INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian 
 # moves on none of the sampled voxels: an update costs a fiftieth of the forest's prediction.
 LOCAL_SURE, LOCAL_STEP, LOCAL_MOVE = 0.95, 4, 0.1
 LOCAL_ABOVE = 0.5  # a band wider than this share of the pixels: the forest is applied everywhere
+# In a volume, a class whose strokes only grew is swept again within this reach (mm) of the new strokes; farther
+# voxels keep their distances (a path from the new strokes would be at least this long there)
+LOCAL_REACH_MM = 40.0
 # one thread for the geodesic sweeps, which run while the forest grows and predicts (both kernels release the GIL)
 _SWEEPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="imageforest-geodesic")
 
@@ -93,14 +98,14 @@ class SegmentationSession:
         recipe's for pictures, 0 for volumes
     colour_rounds : how many times the colour models are re-estimated and the cut run again; None: the recipe's
     max_training_pixels : scribbled pixels the forest is grown on at most
-    local_forest : after a stroke, apply the new forest only where its answer may move (see step 1); False
-        applies it to every pixel at every update
+    local_updates : after a stroke, apply the new forest only where its answer may move, and sweep a volume's
+        geodesic distances near the new strokes only (steps 1 and 2); False recomputes both everywhere
     """
 
     def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
                  geodesic_weight: float | None = None, gamma: float = 1.0, smoothness: float | None = None,
                  max_training_pixels: int = 20000, colour_weight: float | None = None,
-                 colour_rounds: int | None = None, local_forest: bool = True) -> None:
+                 colour_rounds: int | None = None, local_updates: bool = True) -> None:
         for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, 1e3),
                                  ("smoothness", smoothness, MAX_SMOOTHNESS), ("colour_weight", colour_weight, 1.0)):
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= top):
@@ -138,7 +143,7 @@ class SegmentationSession:
         # each class's last geodesic distances: class number -> (gamma, its seed voxels (sorted raveled indices),
         # distances (n,) float32); a stroke then costs one sweep of its own class
         self._geodesic: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
-        self.local_forest = bool(local_forest)
+        self.local_updates = bool(local_updates)
         # the last forest's posterior, for a local update: (forest settings, classes, scribbles (raveled), (n, K))
         self._forest_post: tuple[dict, np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -364,7 +369,7 @@ class SegmentationSession:
         the last forest's (see LOCAL_SURE), the last forest's elsewhere."""
         params = self.settings.get_params()
         last = self._forest_post
-        if (not self.local_forest or last is None or last[0] != params or not np.array_equal(last[1], classes)
+        if (not self.local_updates or last is None or last[0] != params or not np.array_equal(last[1], classes)
                 or last[2].shape != flat.shape):
             post = np.asarray(forest.pixel_posterior(self.prepared), dtype=np.float32)
         else:
@@ -445,8 +450,20 @@ class SegmentationSession:
             for j, c in enumerate(todo):
                 labels[seeds[c]] = j
                 start[:, j] = np.inf if fresh[j] else known[c][2]
-            d = geodesic_distances(self.prepared.guide, labels.reshape(grid), len(todo), self.prepared.spacing,
-                                   self.gamma, start=start.reshape(*grid, len(todo))).reshape(flat.size, len(todo))
+            box = None
+            if self.local_updates and self.prepared.kind == "volume" and not any(fresh):
+                added = np.concatenate([np.setdiff1d(seeds[c], known[c][1], assume_unique=True) for c in todo])
+                reach = np.ceil(LOCAL_REACH_MM / np.asarray(self.prepared.spacing, dtype=np.float64)).astype(int)
+                box = tuple(slice(max(int(a.min()) - r, 0), min(int(a.max()) + r + 1, n))
+                            for a, r, n in zip(np.unravel_index(added, grid), reach, grid, strict=True))
+            if box is None:
+                d = geodesic_distances(self.prepared.guide, labels.reshape(grid), len(todo), self.prepared.spacing,
+                                       self.gamma, start=start.reshape(*grid, len(todo)))
+            else:  # within reach of the new strokes; farther voxels keep their distances
+                d = start.reshape(*grid, len(todo))
+                d[box] = geodesic_distances(self.prepared.guide[box], labels.reshape(grid)[box], len(todo),
+                                            self.prepared.spacing, self.gamma, start=d[box])
+            d = d.reshape(flat.size, len(todo))
             new = {c: (self.gamma, seeds[c], np.ascontiguousarray(d[:, j])) for j, c in enumerate(todo)}
         known.update(new)
         return np.stack([known[int(c)][2] for c in classes], axis=1), new

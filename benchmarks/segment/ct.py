@@ -116,7 +116,8 @@ def main() -> None:
                         help="the contour model's posterior smoothing (default: the contour recipe's, as the shipped "
                              "model predicts)")
     parser.add_argument("--no-local", action="store_true",
-                        help="apply each update's forest to every voxel (the session's local_forest off)")
+                        help="recompute each update's forest posterior and geodesic distances everywhere "
+                             "(the session's local_updates off)")
     parser.add_argument("--colour-weight", type=float, default=None,
                         help="the session's colour rounds' weight (default: the recipe's for volumes, none)")
     args = parser.parse_args()
@@ -150,7 +151,7 @@ def main() -> None:
         t0 = time.perf_counter()
         session = SegmentationSession(ct, colour_weight=args.colour_weight,
                                       colour_rounds=None if args.colour_weight is None else 2,
-                                      local_forest=not args.no_local)
+                                      local_updates=not args.no_local)
         t1 = time.perf_counter()
         # as a user paints: every stroke but the last one (the first organ's top slice), an update, then that
         # stroke and the update it starts

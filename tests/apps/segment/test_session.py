@@ -309,10 +309,15 @@ def test_after_a_stroke_the_forest_is_applied_where_its_answer_may_move(monkeypa
     session.update()
     assert rows == [vol.size]  # a first update: every voxel
     rows.clear()
+    before = session._geodesic[2][2].reshape(vol.shape)
     session.set_scribbles(scr)
     local = session.update()
+    # the background's distances are swept again within 40 mm of its new stroke (y >= 15 here), kept beyond
+    after = session._geodesic[2][2].reshape(vol.shape)
+    assert np.array_equal(after[:, :15], before[:, :15]) and np.all(after <= before)
+    assert np.any(after[:, 15:] < before[:, 15:])
     assert rows[0] == 6 * 16 * 16 and 0 < rows[1] < vol.size // 2, rows  # the sparse sample, then the band
-    full = SegmentationSession(session.prepared, local_forest=False)
+    full = SegmentationSession(session.prepared, local_updates=False)
     full.set_scribbles(first)
     full.update()
     rows.clear()
