@@ -12,7 +12,9 @@ part through the image's own geometry):
 1. a `SegmentationForest` is grown on the scribbled pixels (at most `max_training_pixels`, drawn per class);
    its posterior p_f covers every pixel. After a stroke that adds no class, the new forest is applied only where
    its answer may move (`local_updates`): pixels the last forest was unsure of, the blocks around the stroke, and
-   the blocks where a sparse sample of pixels changed its mind; elsewhere p_f stays the last forest's;
+   the blocks where a sparse sample of pixels changed its mind; elsewhere p_f stays the last forest's. A
+   volume's first update applies it at every second voxel along each axis, then exactly in the blocks that are
+   unsure or border another class (`COARSE_STEP`);
 2. geodesic transduction: each class's scribbles spread along the image, the geodesic distance D_k growing with
    every edge crossed (`imageforest.imaging.geodesic`); p_g(k) is proportional to 1 / D_k. Only the classes whose
    strokes changed are swept again; in a volume, a class that only gained strokes is swept within
@@ -72,6 +74,10 @@ INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian 
 # moves on none of the sampled voxels: an update costs a fiftieth of the forest's prediction.
 LOCAL_SURE, LOCAL_STEP, LOCAL_MOVE = 0.95, 4, 0.1
 LOCAL_ABOVE = 0.5  # a band wider than this share of the pixels: the forest is applied everywhere
+# A volume's first update applies the forest at every COARSE_STEP-th voxel along each axis, then at every voxel of
+# the blocks that are unsure or border a block of another arg-max (organ surfaces); the others take their sample's
+# posterior
+COARSE_STEP = 2
 # In a volume, a class whose strokes only grew is swept again within this reach (mm) of the new strokes; farther
 # voxels keep their distances (a path from the new strokes would be at least this long there)
 LOCAL_REACH_MM = 40.0
@@ -371,7 +377,10 @@ class SegmentationSession:
         last = self._forest_post
         if (not self.local_updates or last is None or last[0] != params or not np.array_equal(last[1], classes)
                 or last[2].shape != flat.shape):
-            post = np.asarray(forest.pixel_posterior(self.prepared), dtype=np.float32)
+            if self.local_updates and self.prepared.kind == "volume":
+                post = self._coarse_to_fine(forest)
+            else:
+                post = np.asarray(forest.pixel_posterior(self.prepared), dtype=np.float32)
         else:
             old = last[3]
             band = self._local_band(forest, old, np.flatnonzero(last[2] != flat))
@@ -383,6 +392,33 @@ class SegmentationSession:
                     forest.check_image(self.prepared)
                     post[band] = forest.predict_proba(self.prepared.features[band])
         self._forest_post = (params, classes.copy(), flat.copy(), post)
+        return post
+
+    def _coarse_to_fine(self, forest: SegmentationForest) -> np.ndarray:
+        """(n, K) float32 posterior of `forest`: exact in the blocks of COARSE_STEP^d voxels whose sample is unsure
+        (largest posterior below LOCAL_SURE) or whose neighbouring blocks' arg-max differs from theirs, the block's
+        sample elsewhere."""
+        from scipy import ndimage
+
+        forest.check_image(self.prepared)
+        grid = tuple(self.shape)
+        step = COARSE_STEP
+        coarse_shape = tuple(-(-n // step) for n in grid)
+        sample = np.ravel_multi_index(np.meshgrid(*[np.arange(0, n, step) for n in grid], indexing="ij"),
+                                      grid).ravel()
+        coarse = np.asarray(forest.predict_proba(self.prepared.features[sample]), dtype=np.float32)
+        coarse = coarse.reshape(*coarse_shape, -1)
+        best = coarse.argmax(axis=-1)
+        around = np.ones((3,) * len(grid), dtype=bool)
+        exact = ((ndimage.maximum_filter(best, footprint=around) != ndimage.minimum_filter(best, footprint=around))
+                 | (coarse.max(axis=-1) < LOCAL_SURE))
+        for axis, n in enumerate(grid):
+            coarse = np.repeat(coarse, step, axis=axis).take(np.arange(n), axis=axis)
+            exact = np.repeat(exact, step, axis=axis).take(np.arange(n), axis=axis)
+        post = np.ascontiguousarray(coarse.reshape(-1, coarse.shape[-1]))
+        band = np.flatnonzero(exact.ravel())
+        if band.size:
+            post[band] = forest.predict_proba(self.prepared.features[band])
         return post
 
     def _local_band(self, forest: SegmentationForest, old: np.ndarray, changed: np.ndarray) -> np.ndarray:

@@ -307,7 +307,9 @@ def test_after_a_stroke_the_forest_is_applied_where_its_answer_may_move(monkeypa
     session = SegmentationSession(vol)
     session.set_scribbles(first)
     session.update()
-    assert rows == [vol.size]  # a first update: every voxel
+    # a first update: every second voxel along each axis, then every voxel of the blocks at the ball's surface
+    assert rows[0] == 12 * 32 * 32 and 0 < rows[1] < vol.size // 2, rows
+    coarse_to_fine = session._forest_post[3]
     rows.clear()
     before = session._geodesic[2][2].reshape(vol.shape)
     session.set_scribbles(scr)
@@ -320,15 +322,17 @@ def test_after_a_stroke_the_forest_is_applied_where_its_answer_may_move(monkeypa
     full = SegmentationSession(session.prepared, local_updates=False)
     full.set_scribbles(first)
     full.update()
+    assert rows[-1] == vol.size
+    assert np.mean(coarse_to_fine.argmax(axis=1) == full._forest_post[3].argmax(axis=1)) > 0.999
     rows.clear()
     full.set_scribbles(scr)
     everywhere = full.update()
     assert rows == [vol.size]
     assert np.mean(local.labels == everywhere.labels) > 0.995
     rows.clear()
-    session.set_scribbles(np.where(scr == 2, 3, scr))  # new classes: every voxel again
+    session.set_scribbles(np.where(scr == 2, 3, scr))  # new classes: coarse to fine again, nothing kept
     session.update()
-    assert rows == [vol.size]
+    assert rows[0] == 12 * 32 * 32 and len(rows) == 2
 
 
 def test_uncertainty_is_the_posteriors_entropy():
