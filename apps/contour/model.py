@@ -165,11 +165,6 @@ class OrganContourer(EntangledForest):
         gland that is not the organ, found in a box the localizer placed on a slab that misses the organ, is
         much smaller than the organ; an organ cut by the scan's edge expects fewer voxels too, so it is kept.
         0 turns the check off; it needs the box atlas.
-    edge_reach_mm : float
-        An organ whose box runs to the scan's first or last slice (the localizer saw it cut by the scan's edge)
-        but whose contour stops more than this many mm short of that slice gets none and is reported absent: on a
-        slab that misses the organ, the localizer pushes its box against the slab's edge, onto a neighbour the
-        forest then takes for it, while an organ really cut by the edge reaches it. 0 turns the check off.
     prior_maps : bool
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
@@ -188,13 +183,12 @@ class OrganContourer(EntangledForest):
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
         "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0),
-        "min_expected_share": Real(0.0, 1.0), "edge_reach_mm": Real(0.0, 1000.0)}
+        "min_expected_share": Real(0.0, 1.0)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
                  posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.05,
-                 edge_reach_mm: float = 0.0,
                  n_trees: int = 8, max_depth: int = 16,
                  entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
                  criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
@@ -222,7 +216,6 @@ class OrganContourer(EntangledForest):
         self.posterior_smoothing_mm = posterior_smoothing_mm
         self.cut_smoothness = cut_smoothness
         self.min_expected_share = min_expected_share
-        self.edge_reach_mm = edge_reach_mm
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -232,7 +225,6 @@ class OrganContourer(EntangledForest):
         hyper.setdefault("prior_maps", False)
         hyper.setdefault("cut_smoothness", 0.0)
         hyper.setdefault("min_expected_share", 0.0)
-        hyper.setdefault("edge_reach_mm", 0.0)
         for key in ("background_scale", "prior_weight", "cut_smoothness"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
@@ -429,8 +421,6 @@ class OrganContourer(EntangledForest):
             crop_labels = keep_largest(crop_labels, len(self.organs))
         if self.min_expected_share > 0 and prior is not None:
             drop_unexpected(crop_labels, prior, float(self.min_expected_share))
-        if self.edge_reach_mm > 0:
-            drop_short_of_edge(crop_labels, scan, bounds, boxes, float(self.edge_reach_mm))
         return crop_labels, post
 
     def _name(self, label: int) -> str:
@@ -556,26 +546,6 @@ def drop_unexpected(labels: np.ndarray, prior: np.ndarray, share: float) -> None
     expected = prior.reshape(len(prior), -1).sum(axis=1, dtype=np.float64)
     for k in np.flatnonzero((counts > 0) & (counts < share * expected)):
         labels[labels == k + 1] = 0
-
-
-def drop_short_of_edge(labels: np.ndarray, scan: Image, bounds: np.ndarray, boxes: np.ndarray, reach_mm: float
-                       ) -> None:
-    """Clear, in place, each organ k + 1 of the crop's `labels` (z, y, x; the crop's inclusive scan bounds
-    `bounds`) whose box (`boxes[k]`, mm) reaches within a slice of the scan's first or last slice while its voxels
-    stop more than `reach_mm` short of that slice."""
-    nz = scan.array.shape[0]
-    z_mm = abs(float(scan.spacing[2]))
-    z_first = int(bounds[4])
-    for k, box in enumerate(boxes):
-        slices = np.flatnonzero((labels == k + 1).any(axis=(1, 2)))
-        if slices.size == 0 or np.isnan(box).any():
-            continue
-        z_box = scan.physical_to_index(np.array([[box[0], box[2], box[4]], [box[1], box[3], box[5]]]))[:, 2]
-        lo, hi = z_first + int(slices[0]), z_first + int(slices[-1])
-        short_of_first = z_box.min() <= 0.5 and lo * z_mm > reach_mm
-        short_of_last = z_box.max() >= nz - 1.5 and (nz - 1 - hi) * z_mm > reach_mm
-        if short_of_first or short_of_last:
-            labels[labels == k + 1] = 0
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:

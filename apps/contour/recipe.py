@@ -20,7 +20,7 @@ RECIPE = {
     "jitter_mm": 6.0, "organ_points": 800, "background_points": 3000, "background_scale": 1.0,
     "largest_component": True, "prior_weight": 0.5, "atlas_bins": 20, "posterior_smoothing_mm": 2.0,
     "prior_maps": True, "image_windows": CT_WINDOWS_HU,
-    "cut_smoothness": 0.0, "min_expected_share": 0.05, "edge_reach_mm": 0.0,
+    "cut_smoothness": 0.0, "min_expected_share": 0.05,
 }
 # An organ holding under 5% of the voxels its box atlas expects inside the scan is reported absent
 # (`benchmarks/contour/out_of_view.py --split validation --cases 82 --full --recipe-settings --shares 0,0.05,0.1,0.3`:

@@ -2,7 +2,7 @@
 reference should get none.
 
     python benchmarks/contour/out_of_view.py ../shared/data/openkbp-hn [--cases 40] [--model M]
-        [--split test|validation] [--shares 0,0.1,0.2] [--edge-reach 0,20] [--full] [--recipe-settings]
+        [--split test|validation] [--shares 0,0.1,0.2] [--full] [--recipe-settings]
 
 Two slabs per scan: the upper 40% of the slices (head: no larynx, oesophagus, most of the cord) and the lower 40%
 (neck: no brainstem, parotids). Organs the scan's reference contours (clinicians left some out) count: of the
@@ -13,8 +13,7 @@ scans are contoured too (mean Dice per organ, whole scan), to show what a settin
 
 `--split test` takes fold 0's test scans of `cross_validate.py`'s split; `--split validation` the scans of the other
 folds after the first 80 (those a fold-0 forest grown with `--train-cases 80` never saw), where settings are chosen.
-`--shares` and `--edge-reach` score each pair of values of the contourer's `min_expected_share` and
-`edge_reach_mm` on one run of the forest per slab;
+`--shares` scores each value of the contourer's `min_expected_share` on one run of the forest per slab;
 `--recipe-settings` gives a model file (a cross-validation fold's forest) the recipe's settings that act after the
 forest, as the shipped model has them. Boxes come
 from the shipped localizer, which was trained on all 203 scans: its presence figures are in-sample (its
@@ -60,7 +59,6 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="a contour model file (default: the shipped one)")
     ap.add_argument("--split", choices=("test", "validation"), default="test")
     ap.add_argument("--shares", default=None, help="min_expected_share values to score (default: the model's)")
-    ap.add_argument("--edge-reach", default=None, help="edge_reach_mm values to score (default: the model's)")
     ap.add_argument("--full", action="store_true", help="also contour the whole scans")
     ap.add_argument("--recipe-settings", action="store_true",
                     help="the recipe's settings that act after the forest, in place of the model file's")
@@ -72,9 +70,7 @@ def main() -> None:
         recipe = recipe_for(model.organs)
         for key in AFTER_THE_FOREST:
             setattr(model, key, recipe[key])
-    share_values = [float(v) for v in args.shares.split(",")] if args.shares else [float(model.min_expected_share)]
-    reaches = [float(v) for v in args.edge_reach.split(",")] if args.edge_reach else [float(model.edge_reach_mm)]
-    shares = [(s, r) for s in share_values for r in reaches]  # the settings scored: (share, reach) pairs
+    shares = [float(v) for v in args.shares.split(",")] if args.shares else [float(model.min_expected_share)]
     # per share: absent pairs (given none?), Dice of present pairs in slabs, Dice per organ of whole scans
     absent: dict[float, list[bool]] = {s: [] for s in shares}
     partial: dict[float, list[float]] = {s: [] for s in shares}
@@ -92,7 +88,7 @@ def main() -> None:
                 raise SystemExit(f"{case.name}: finer than the model's grid; this benchmark contours on the scan's")
             run = model.forest_posteriors(work, localized_boxes(model, localizer, work))
             for share in shares:
-                model.min_expected_share, model.edge_reach_mm = share
+                model.min_expected_share = share
                 got = model.labels_from_posteriors(*run).labels.array
                 for k, organ in enumerate(organs):
                     if not (labels == k + 1).any():  # not contoured in this scan: nothing to say of the slab
@@ -111,8 +107,7 @@ def main() -> None:
     for share in shares:
         ok, dice = absent[share], partial[share]
         both = np.mean([float(v) for v in ok] + dice)
-        line = (f"min_expected_share {share[0]:g}, edge_reach_mm {share[1]:g}: absent organs given no voxel "
-                f"{sum(ok)}/{len(ok)} ({np.mean(ok):.1%}), "
+        line = (f"min_expected_share {share:g}: absent organs given no voxel {sum(ok)}/{len(ok)} ({np.mean(ok):.1%}), "
                 f"organs partly in view mean Dice {np.mean(dice):.3f} (n={len(dice)}), both {both:.4f}")
         if args.full:
             per = [np.mean(v) for v in full[share]]

@@ -461,26 +461,6 @@ def test_drop_unexpected_clears_organs_far_smaller_than_their_atlas_expects():
     assert not labels.any()
 
 
-def test_drop_short_of_edge_clears_organs_whose_box_runs_to_the_edge_but_they_do_not():
-    from imageforest.apps.contour.model import drop_short_of_edge
-    from imageforest.imaging.io import Image
-
-    scan = Image(np.zeros((10, 8, 8), np.int16), np.array([1.0, 1.0, 3.0]), np.zeros(3), np.eye(3))
-    bounds = np.array([0, 7, 0, 7, 2, 9])  # the crop holds slices 2..9 of the scan's 10
-    labels = np.zeros((8, 8, 8), np.uint8)
-    labels[2:4, 2:4, 2:4] = 1  # slices 4-5: 12 mm short of the last slice (9)
-    labels[5:8, 2:4, 5:7] = 2  # slices 7-9: reaches the last slice
-    labels[0:2, 5:7, 5:7] = 3  # slices 2-3, its box inside the scan
-    boxes = np.array([[1.5, 3.5, 1.5, 3.5, 10.5, 28.5],  # runs to the last slice's outer face (28.5 mm)
-                      [4.5, 6.5, 1.5, 3.5, 19.5, 28.5],
-                      [4.5, 6.5, 4.5, 6.5, 4.5, 10.5]])
-    kept = labels.copy()
-    drop_short_of_edge(kept, scan, bounds, boxes, 15.0)  # 12 mm short is within reach
-    assert np.array_equal(kept, labels)
-    drop_short_of_edge(kept, scan, bounds, boxes, 10.0)
-    assert not (kept == 1).any() and np.array_equal(kept == 2, labels == 2) and np.array_equal(kept == 3, labels == 3)
-
-
 def test_min_expected_share_reports_small_organs_absent(trained, tmp_path):
     _, model, cases = trained
     ct, _, boxes = cases[4]
