@@ -19,6 +19,13 @@ from imageforest.apps.segment.synthetic import disc_picture, strokes
 
 def main() -> None:
     t0 = time.perf_counter()
+    segment_samples()
+    print(f"segmentation kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
+
+
+def segment_samples() -> None:
+    """Segment a small picture and a small volume, an update after a stroke included: every kernel an interactive
+    session runs is then compiled (the first time) or loaded from numba's cache (in a new process)."""
     picture, _ = disc_picture()
     session = SegmentationSession(picture)
     session.set_scribbles(strokes())
@@ -29,10 +36,13 @@ def main() -> None:
     scribbles = np.zeros(volume.shape, dtype=np.uint8)
     scribbles[3] = strokes()
     session = SegmentationSession(volume, spacing=(3.0, 1.0, 1.0))
-    session.set_scribbles(scribbles)
+    first = scribbles.copy()
+    first[3, :, : first.shape[2] // 2] = 0
+    session.set_scribbles(first)
+    session.update()
+    session.set_scribbles(scribbles)  # one more stroke: the local update's paths
     session.update()
     session.suggest(3)
-    print(f"segmentation kernels compiled and cached in {time.perf_counter() - t0:.1f} s")
 
 
 def warm_up() -> None:

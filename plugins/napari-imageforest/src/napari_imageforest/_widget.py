@@ -17,6 +17,7 @@ Errors (one class painted, a model for other images, ...) appear in napari's not
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -77,11 +78,26 @@ def _session_for(layer: ImageLayer) -> SegmentationSession:
     return SegmentationSession(data, rgb=rgb)
 
 
+_KERNELS_LOADING: list[threading.Thread] = []
+
+
+def _load_kernels() -> None:
+    """Load the segmentation kernels from numba's cache in a background thread, once per process, while the user
+    picks a layer and paints: the first Start then waits for none of them (about a second on a CT)."""
+    if not _KERNELS_LOADING:
+        from imageforest.apps.segment.scripts.warmup import segment_samples
+
+        thread = threading.Thread(target=segment_samples, name="imageforest-kernels", daemon=True)
+        _KERNELS_LOADING.append(thread)
+        thread.start()
+
+
 class SegmentationWidget(QWidget):
     """Segment an image layer from scribbles (imageforest's interactive segmentation)."""
 
     def __init__(self, napari_viewer) -> None:
         super().__init__()
+        _load_kernels()
         self.viewer = napari_viewer
         self.session: SegmentationSession | None = None
         self.image_layer: ImageLayer | None = None
