@@ -365,11 +365,14 @@ class VectorFeatures(FeatureFamily):
             return _axis_walk_kernel(data, table, roots, leaf_table, True)[1]
         return super().leaf_average(data, forest, leaf_table)
 
-    def apply(self, data: np.ndarray, forest: ForestArrays) -> np.ndarray:
+    def apply(self, data: np.ndarray, forest: ForestArrays, trees: np.ndarray | None = None) -> np.ndarray:
+        """Leaf ids (n, T) of every point in every tree, or (n, len(trees)) in the trees `trees` only."""
         if self.code == AXIS:
             table, roots = forest.packed_axis()
+            roots = roots if trees is None else np.ascontiguousarray(roots[trees])
             return _axis_walk_kernel(data, table, roots, np.zeros((1, 1)), False)[0]
         table, roots = forest.packed()
+        roots = roots if trees is None else np.ascontiguousarray(roots[trees])
         return _apply_kernel(self.code, data, self.mean, self.inv_std, table, roots)
 
     def importance_dims(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

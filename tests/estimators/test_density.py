@@ -143,3 +143,21 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
         DensityForest(5, max_depth="deep").fit(X)
     with pytest.raises(Exception, match="more than"):
         DensityForest(5).fit(X[:8])
+
+
+def test_oblique_cells_normalise_tree_by_tree_within_bounded_memory():
+    import tracemalloc
+
+    from imageforest import DensityForest
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(0, 1, (1000, 2)), rng.normal(4, 0.5, (1000, 2))]
+    tracemalloc.start()
+    model = DensityForest(40, max_depth=6, variance_floor=1e-3, weak_learner="oblique", random_state=0).fit(X)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # every draw through every tree would hold n_leaves x 4000 x 40 leaf ids (over 1 GB here)
+    assert peak < 300 * 2**20, peak / 2**20
+    assert np.all((model.partition_ > 0) & (model.partition_ <= 1 + 1e-9))
+    one = model.family_.apply(X.astype(np.float32), model.forest_, trees=np.array([3]))
+    assert np.array_equal(one[:, 0], model.apply(X)[:, 3])
