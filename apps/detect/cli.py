@@ -1,7 +1,8 @@
 """The detection commands, registered by the `imageforest` command on first use.
 
     imageforest detect IMAGE [IMAGE ...] -o OUT [--model horses|cars|M.npz] [--overlay PNG] [--threshold S]
-    imageforest train-detector DATA -o MODEL [--variant hough|adhf] [--viewpoint-bins K] [--trees T] ...
+    imageforest train-detector DATA -o MODEL [--variant hough|adhf] [--viewpoint-bins K] [--window-views K]
+        [--trees T] ...
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def _object_sizes(ctx, param, value: str | None) -> tuple[float, float] | None:
 @click.option("--viewpoint-bins", "viewpoint_bins", type=int, default=None,
               help="With viewpoints in the data: 0 learns the azimuth as a unit vector, K >= 2 as K azimuth classes "
                    f"[default: {CROPS_RECIPE['viewpoint_bins']}].")
+@click.option("--window-views", "window_views", type=int, default=None,
+              help="With viewpoints in the data: K >= 2 azimuth classes of the window classifier that weighs each "
+                   f"detection's votes, 0 for none [default: {RECIPE['window_views']}].")
 @click.option("--flip/--no-flip", default=None,
               help="Also train on the images mirrored left to right [default: on for crops, off otherwise].")
 @click.option("--object-sizes", "object_sizes", callback=_object_sizes, default=None, metavar="LO,HI",
@@ -115,7 +119,8 @@ def _object_sizes(ctx, param, value: str | None) -> tuple[float, float] | None:
 @click.option("--threads", type=int, default=None, help="Threads (default: all cores).")
 def train_detector_command(data_dir: Path, out: Path, variant: str | None, loss: str | None, trees: int | None,
                            depth: int | None, patches: int | None, candidates: int | None,
-                           viewpoint_bins: int | None, flip: bool | None, object_sizes: tuple[float, float] | None,
+                           viewpoint_bins: int | None, window_views: int | None, flip: bool | None,
+                           object_sizes: tuple[float, float] | None,
                            negatives: Path | None, images: int | None, seed: int, name: str,
                            threads: int | None) -> None:
     """Train a detector on DATA: photographs with boxes.json (the layout of the Weizmann horses, or name ->
@@ -125,12 +130,15 @@ def train_detector_command(data_dir: Path, out: Path, variant: str | None, loss:
         if value is not None))
     if viewpoint_bins is not None and (viewpoint_bins < 0 or viewpoint_bins == 1 or viewpoint_bins > 72):
         raise fail(f"--viewpoint-bins must be 0 (azimuth as a unit vector) or 2 to 72 classes, got {viewpoint_bins}")
+    if window_views is not None and (window_views < 0 or window_views == 1 or window_views > 72):
+        raise fail(f"--window-views must be 0 (no window classifier) or 2 to 72 classes, got {window_views}")
     try:
         from imageforest.apps.detect.training import train_detector
 
         model, summary = train_detector(data_dir, negatives_dir=negatives, n_trees=trees, max_depth=depth,
                                         n_candidates=candidates, patches_per_image=patches, variant=variant,
-                                        loss=loss, viewpoint_bins=viewpoint_bins, flip=flip,
+                                        loss=loss, viewpoint_bins=viewpoint_bins, window_views=window_views,
+                                        flip=flip,
                                         object_sizes=object_sizes, require_viewpoints=viewpoint_bins is not None,
                                         n_images=images, random_state=seed,
                                         n_jobs=threads, progress=lambda msg: click.echo(msg, err=True))

@@ -9,7 +9,7 @@ which keeps the command's start-up fast.
 
 RECIPE = {"n_trees": 10, "max_depth": 15, "n_candidates": 200, "patches_per_image": 400, "variant": "hough",
           "loss": "tangent", "random_state": 0, "viewpoint_bins": 0, "flip": False, "object_sizes": None,
-          "vote_stride": 1}
+          "vote_stride": 1, "window_views": 16}
 
 # Cropped views fill their images, so the object sizes a photograph may hold are a setting rather than something
 # the boxes say: a car photographed whole spans a quarter to most of the photograph (geometric sizes).

@@ -27,7 +27,7 @@ def _bounded(rgb: np.ndarray, boxes: np.ndarray | None) -> tuple[np.ndarray, np.
 def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = None,
                    n_trees: int | None = None, max_depth: int | None = None, n_candidates: int | None = None,
                    patches_per_image: int | None = None, variant: str | None = None, loss: str | None = None,
-                   viewpoint_bins: int | None = None, flip: bool | None = None,
+                   viewpoint_bins: int | None = None, window_views: int | None = None, flip: bool | None = None,
                    object_sizes: tuple[float, float] | None = None, vote_stride: int | None = None,
                    require_viewpoints: bool = False,
                    n_images: int | None = None,
@@ -49,7 +49,8 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
     crops = is_crop_folder(data_dir)
     given = {"n_trees": n_trees, "max_depth": max_depth, "n_candidates": n_candidates,
              "patches_per_image": patches_per_image, "variant": variant, "loss": loss,
-             "viewpoint_bins": viewpoint_bins, "flip": flip, "object_sizes": object_sizes, "vote_stride": vote_stride,
+             "viewpoint_bins": viewpoint_bins, "window_views": window_views, "flip": flip,
+             "object_sizes": object_sizes, "vote_stride": vote_stride,
              "random_state": random_state}
     settings = {k: (v if v is not None else (CROPS_RECIPE if crops else RECIPE)[k]) for k, v in given.items()}
     t0 = time.perf_counter()
@@ -87,7 +88,8 @@ def train_detector(data_dir: str | Path, *, negatives_dir: str | Path | None = N
     model = HoughForestDetector(settings["n_trees"], max_depth=settings["max_depth"],
                                 n_candidates=settings["n_candidates"], patches_per_image=settings["patches_per_image"],
                                 variant=settings["variant"], loss=settings["loss"],
-                                viewpoint_bins=settings["viewpoint_bins"], flip=settings["flip"],
+                                viewpoint_bins=settings["viewpoint_bins"], window_views=settings["window_views"],
+                                flip=settings["flip"],
                                 object_sizes=settings["object_sizes"], vote_stride=settings["vote_stride"],
                                 random_state=settings["random_state"],
                                 n_jobs=n_jobs)

@@ -226,6 +226,8 @@ def test_bad_crop_folders_and_options_are_one_line(crop_folder, tmp_path):
     assert "missing" in one_line_error(run("train-detector", broken, "-o", tmp_path / "m.npz"))
     assert "--viewpoint-bins" in one_line_error(run("train-detector", crop_folder, "-o", tmp_path / "m.npz",
                                                     "--viewpoint-bins", "1"))
+    assert "--window-views" in one_line_error(run("train-detector", crop_folder, "-o", tmp_path / "m.npz",
+                                                  "--window-views", "1"))
     assert "--object-sizes" in one_line_error(run("train-detector", crop_folder, "-o", tmp_path / "m.npz",
                                                   "--object-sizes", "0.5"))
     assert "--object-sizes" in one_line_error(run("train-detector", crop_folder, "-o", tmp_path / "m.npz",
@@ -332,6 +334,10 @@ def test_models_without_a_window_classifier_load_and_a_forged_one_is_refused(car
     a.save(tmp_path / "a.npz")
     b.save(tmp_path / "b.npz")
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    r = run("train-detector", crop_folder, "-o", tmp_path / "off.npz", *SMALL[:4], "--patches", "60",
+            "--object-sizes", "0.3,0.6", "--window-views", "0")
+    assert r.exit_code == 0, r.output
+    assert HoughForestDetector.load(tmp_path / "off.npz").window_forest_ is None
     off = HoughForestDetector(2, max_depth=6, n_candidates=20, patches_per_image=60, object_sizes=(0.3, 0.6),
                               window_views=0, random_state=3)
     rgb, box = car(np.random.default_rng(1), 0.0)
