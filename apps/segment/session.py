@@ -70,9 +70,9 @@ INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian 
 # After a stroke the new forest is applied where the last one was unsure (its largest posterior below
 # LOCAL_SURE), in the LOCAL_STEP^d blocks around the stroke, and around each pixel of a sparse sample (every
 # LOCAL_STEP-th along each axis) where it moves a posterior by more than LOCAL_MOVE (an arg-max that changes by
-# less is a near tie, which the unsure pixels hold). On
-# head-and-neck CT the last forest is sure of about 98% of the voxels, and outside them a regrown forest's arg-max
-# moves on none of the sampled voxels: an update costs a fiftieth of the forest's prediction.
+# less is a near tie, which the unsure pixels hold). On head-and-neck CT the last forest is sure of about 98% of the
+# voxels, and outside them a regrown forest's arg-max moves on none of the sampled voxels: an update costs a
+# fiftieth of the forest's prediction.
 LOCAL_SURE, LOCAL_STEP, LOCAL_MOVE = 0.95, 4, 0.1
 LOCAL_ABOVE = 0.5  # a band wider than this share of the pixels: the forest is applied everywhere
 # A volume's first update applies the forest at every COARSE_STEP-th voxel along each axis, then at every voxel of
@@ -407,21 +407,15 @@ class SegmentationSession:
 
         forest.check_image(self.prepared)
         grid = tuple(self.shape)
-        step = COARSE_STEP
-        coarse_shape = tuple(-(-n // step) for n in grid)
-        sample = np.ravel_multi_index(np.meshgrid(*[np.arange(0, n, step) for n in grid], indexing="ij"),
-                                      grid).ravel()
+        sample, coarse_shape = grid_sample(grid, COARSE_STEP)
         coarse = np.asarray(forest.predict_proba(self.prepared.features[sample]), dtype=np.float32)
         coarse = coarse.reshape(*coarse_shape, -1)
         best = coarse.argmax(axis=-1)
         around = np.ones((3,) * len(grid), dtype=bool)
         exact = ((ndimage.maximum_filter(best, footprint=around) != ndimage.minimum_filter(best, footprint=around))
                  | (coarse.max(axis=-1) < LOCAL_SURE))
-        for axis, n in enumerate(grid):
-            coarse = np.repeat(coarse, step, axis=axis).take(np.arange(n), axis=axis)
-            exact = np.repeat(exact, step, axis=axis).take(np.arange(n), axis=axis)
-        post = np.ascontiguousarray(coarse.reshape(-1, coarse.shape[-1]))
-        band = np.flatnonzero(exact.ravel())
+        post = np.ascontiguousarray(blocks_to_grid(coarse, COARSE_STEP, grid).reshape(-1, coarse.shape[-1]))
+        band = np.flatnonzero(blocks_to_grid(exact, COARSE_STEP, grid).ravel())
         if band.size:
             post[band] = forest.predict_proba(self.prepared.features[band])
         return post
@@ -430,24 +424,18 @@ class SegmentationSession:
         """Sorted raveled indices of the pixels where the new `forest`'s posterior may differ from `old` (n, K):
         where old is unsure, in the blocks around the `changed` scribbles, and around the sampled pixels where the
         new forest moves."""
+        from scipy import ndimage
+
         grid = tuple(self.shape)
-        step = LOCAL_STEP
-        coarse_shape = tuple(-(-n // step) for n in grid)
-        sample = np.ravel_multi_index(np.meshgrid(*[np.arange(0, n, step) for n in grid], indexing="ij"),
-                                      grid).ravel()
+        sample, coarse_shape = grid_sample(grid, LOCAL_STEP)
         moved = np.abs(forest.predict_proba(self.prepared.features[sample]) - old[sample])
         coarse = (moved.max(axis=1) > LOCAL_MOVE).reshape(coarse_shape)
         if changed.size:
             cells = np.unravel_index(changed, grid)
-            coarse[tuple(c // step for c in cells)] = True
-        from scipy import ndimage
-
+            coarse[tuple(c // LOCAL_STEP for c in cells)] = True
         # a sampled pixel stands for the block up to the next samples on either side
         coarse = ndimage.binary_dilation(coarse, np.ones((3,) * len(grid), dtype=bool))
-        fine = coarse
-        for axis, n in enumerate(grid):
-            fine = np.repeat(fine, step, axis=axis).take(np.arange(n), axis=axis)
-        band = fine.ravel() | (old.max(axis=1) < LOCAL_SURE)
+        band = blocks_to_grid(coarse, LOCAL_STEP, grid).ravel() | (old.max(axis=1) < LOCAL_SURE)
         return np.flatnonzero(band)
 
     def _new_forest(self) -> SegmentationForest:
@@ -577,6 +565,21 @@ class SegmentationSession:
         forest = self._new_forest()
         forest.smoothness = self.smoothness
         return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
+
+
+def grid_sample(grid: tuple[int, ...], step: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Raveled indices of every `step`-th pixel along each axis of `grid` (C order), and the sampled grid's shape."""
+    axes = [np.arange(0, n, step) for n in grid]
+    index = np.ravel_multi_index(np.meshgrid(*axes, indexing="ij"), grid).ravel()
+    return index, tuple(a.size for a in axes)
+
+
+def blocks_to_grid(values: np.ndarray, step: int, grid: tuple[int, ...]) -> np.ndarray:
+    """A sampled grid's values (its shape plus any trailing axes) spread over the `step`^d blocks they stand for,
+    cut to `grid`."""
+    for axis, n in enumerate(grid):
+        values = np.repeat(values, step, axis=axis).take(np.arange(n), axis=axis)
+    return values
 
 
 def pool_log_linear(p: np.ndarray, q: np.ndarray, weight: float) -> np.ndarray:
