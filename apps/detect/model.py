@@ -624,6 +624,11 @@ class HoughForestDetector(BaseForest):
         return {i: viewpoint_of(h) for i, h in hists.items()}
 
     # -- model files ---------------------------------------------------------------------------------------
+    def named_forests(self) -> dict[str, BaseForest]:
+        """The Hough forest and, when there is one, the window classifier (`model-info` counts both)."""
+        window = getattr(self, "window_forest_", None)
+        return {"hough": self} if window is None else {"hough": self, "window": window}
+
     def leaf_arrays(self) -> dict[str, np.ndarray]:
         arrays = {"leaf_foreground": self.leaf_foreground_, "vote_start": self.vote_start_, "votes": self.votes_,
                   "relative_sizes": self.relative_sizes_}

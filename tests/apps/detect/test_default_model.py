@@ -44,6 +44,7 @@ CARS = Path(__file__).resolve().parents[4] / "shared" / "data" / "wcvp-cars"
 def test_the_car_model_ships_with_viewpoints_and_loads_by_name():
     cars = load_detector("cars")
     assert cars.model_card_["name"] == "wcvp-cars" and cars.knows_viewpoints
+    assert cars.window_forest_ is not None and set(cars.named_forests()) == {"hough", "window"}
     assert SHIPPED["cars"].stat().st_size < 50 * 2**20
     assert np.isfinite(cars.threshold_) and cars.threshold_ > 0
     assert load_detector("horses").model_card_["name"] == "weizmann-horses"
