@@ -166,7 +166,9 @@ class StagedOutputs:
 
 def zarr_folder(path: Path) -> bool:
     """Whether `path` is a folder named `*.zarr` with Zarr metadata at its top (an OME-Zarr image)."""
-    return (path.name.lower().endswith(".zarr") and path.is_dir()
+    from imageforest.imaging.ome_zarr import is_zarr_path
+
+    return (is_zarr_path(path) and path.is_dir()
             and any((path / name).is_file() for name in ("zarr.json", ".zattrs", ".zgroup")))
 
 

@@ -380,8 +380,7 @@ class SegmentationSession:
         the last forest's (see LOCAL_SURE), the last forest's elsewhere."""
         params = self.settings.get_params()
         last = self._forest_post
-        if (not self.local_updates or last is None or last[0] != params or not np.array_equal(last[1], classes)
-                or last[2].shape != flat.shape):
+        if not self.local_updates or last is None or last[0] != params or not np.array_equal(last[1], classes):
             if self.local_updates and self.prepared.kind == "volume":
                 post = self._coarse_to_fine(forest)
             else:
