@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from scipy import ndimage
 
 from imageforest.exceptions import InvalidInputError
+from imageforest.imaging.gaussian import gaussian_filter, gaussian_laplace
 from imageforest.imaging.io import Image
 from imageforest.kernels import njit
 
@@ -111,7 +111,7 @@ def _hessian(arr: np.ndarray, sigma: float | tuple[float, ...]) -> list[list[np.
             order = [0] * n
             order[a] += 1
             order[b] += 1
-            out[a][b] = out[b][a] = ndimage.gaussian_filter(arr, sigma, order=order)
+            out[a][b] = out[b][a] = gaussian_filter(arr, sigma, order=order)
     return out
 
 
@@ -177,19 +177,19 @@ class FilterBank:
         def shared_result(key: tuple) -> np.ndarray:
             """A result two filters read: ("grad", s, axis), a first derivative of Gaussian, or ("smooth", s)."""
             if key[0] == "smooth":
-                return ndimage.gaussian_filter(arr, sigma_of(key[1]))
+                return gaussian_filter(arr, sigma_of(key[1]))
             order = [0] * ndim
             order[key[2]] = 1
-            return ndimage.gaussian_filter(arr, sigma_of(key[1]), order=order)
+            return gaussian_filter(arr, sigma_of(key[1]), order=order)
 
         def filtered(name: str, scale: float) -> list[np.ndarray]:
             sigma = sigma_of(scale)
             if name == "gaussian":
                 return [_value(shared[("smooth", scale)])]
             if name == "laplacian_of_gaussian":
-                return [ndimage.gaussian_laplace(arr, sigma)]
+                return [gaussian_laplace(arr, sigma)]
             if name == "difference_of_gaussians":
-                return [_value(shared[("smooth", scale)]) - ndimage.gaussian_filter(arr, np.multiply(0.66, sigma))]
+                return [_value(shared[("smooth", scale)]) - gaussian_filter(arr, np.multiply(0.66, sigma))]
             if name == "hessian_eigenvalues":
                 return _sym_eigvals(_hessian(arr, sigma))
             if name == "gradient_magnitude":  # summed as scipy's gaussian_gradient_magnitude sums, in float32
@@ -202,7 +202,7 @@ class FilterBank:
             tensor = [[None] * ndim for _ in range(ndim)]
             for i in range(ndim):
                 for j in range(i, ndim):
-                    tensor[i][j] = tensor[j][i] = ndimage.gaussian_filter(g[i] * g[j], sigma)
+                    tensor[i][j] = tensor[j][i] = gaussian_filter(g[i] * g[j], sigma)
             return _sym_eigvals(tensor)
 
         # Results two filters read are computed once and queued first: the first derivatives of Gaussian (the
@@ -221,7 +221,7 @@ class FilterBank:
                       key=lambda job: -weight[job[0]] * job[1])
         workers = min(numba.get_num_threads(), len(first) + len(jobs))
         shared: dict[tuple, object] = {}
-        if workers > 1:  # scipy's filters release the GIL: the tasks run side by side on the threads numba may use
+        if workers > 1:  # the Gaussian kernels release the GIL: the tasks run side by side on the threads numba may use
             with ThreadPoolExecutor(workers) as pool:
                 for key in first:
                     shared[key] = pool.submit(shared_result, key)

@@ -5,12 +5,15 @@ exp(-beta |I_p - I_q|^2) / |p - q|_mm over face neighbours and beta = 1 / (2 <|I
 "Interactive graph cuts for optimal boundary and region segmentation", ICCV 2001; Rother, Kolmogorov and Blake,
 "GrabCut", SIGGRAPH 2004). Scribbled voxels keep their label. Two labels: one exact minimum cut. More: alpha-expansion
 moves (Boykov, Veksler and Zabih, "Fast approximate energy minimization via graph cuts", PAMI 2001), each an exact
-cut, until no move lowers the energy. Max-flow is PyMaxflow's (Kolmogorov's implementation).
+cut, until no move lowers the energy. Max-flow is `imageforest.imaging.maxflow` (Boykov and Kolmogorov's algorithm in
+numba, free of the GIL: tiles are cut side by side).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from imageforest.imaging.maxflow import grid_min_cut
 
 UNARY_FLOOR = 1e-4  # posterior floor: -log caps at 9.2 nats, so no single voxel's evidence is absolute
 FIXED_COST = 1e6  # cost of giving a scribbled voxel another label than its own
@@ -41,14 +44,6 @@ def contrast_weights(guide: np.ndarray, spacing: np.ndarray, smoothness: float) 
         w[tuple(index)] = smoothness * np.exp(-beta * d2) / float(spacing[axis] / spacing.min())
         out.append((axis, w))
     return out
-
-
-def _structure(axis: int) -> np.ndarray:
-    st = np.zeros((3, 3, 3))
-    offset = [1, 1, 1]
-    offset[axis] = 2
-    st[tuple(offset)] = 1.0
-    return st
 
 
 def _shifted(a: np.ndarray, axis: int) -> np.ndarray:
@@ -87,8 +82,6 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     sweeps : alpha-expansion cycles over the labels at most (K > 2)
     edges : `contrast_weights(guide, spacing, smoothness)`, when the caller keeps them for the next cut
     """
-    import maxflow  # PyMaxflow: imported here so that reading a model never pays for it
-
     if smoothness <= 0 or posterior.shape[-1] < 2:
         labels = np.argmax(posterior, axis=-1).astype(np.int32)
         if fixed is not None:
@@ -106,9 +99,9 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     if edges is None:
         edges = contrast_weights(guide, spacing, smoothness)
     if any(b.stop - b.start < n for b, n in zip(box, labels.shape, strict=True)):
-        labels[box] = _cut(unary[box], _crop_edges(edges, box), labels[box], sweeps, maxflow)
+        labels[box] = _cut(unary[box], _crop_edges(edges, box), labels[box], sweeps)
         return labels
-    return _cut(unary, edges, labels, sweeps, maxflow)
+    return _cut(unary, edges, labels, sweeps)
 
 
 def _crop_edges(edges: list[tuple[int, np.ndarray]], box: tuple[slice, ...]) -> list[tuple[int, np.ndarray]]:
@@ -142,25 +135,22 @@ def _uncertain_box(posterior: np.ndarray, fixed: np.ndarray | None) -> tuple[sli
     return tuple(box)
 
 
-def _cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]], labels: np.ndarray, sweeps: int,
-         maxflow) -> np.ndarray:
+def _cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]], labels: np.ndarray, sweeps: int) -> np.ndarray:
     """The graph cut over a whole grid, from the argmax `labels`."""
     K = unary.shape[-1]
     if not edges:
         return labels
     if K == 2:
-        g = maxflow.Graph[float]()
-        ids = g.add_grid_nodes(labels.shape)
+        weights: list[np.ndarray | None] = [None, None, None]
         for axis, w in edges:
-            g.add_grid_edges(ids, weights=w, structure=_structure(axis), symmetric=True)
-        g.add_grid_tedges(ids, unary[..., 1], unary[..., 0])  # sink side = class 1
-        g.maxflow()
-        return g.get_grid_segments(ids).astype(np.int32)
+            weights[axis] = w
+        sink_side, _ = grid_min_cut(unary[..., 1], unary[..., 0], weights, weights)  # sink side = class 1
+        return sink_side.astype(np.int32)
     best = energy(labels, unary, edges)
     for _ in range(sweeps):
         improved = False
         for alpha in range(K):
-            moved = _expand(labels, alpha, unary, edges, maxflow)
+            moved = _expand(labels, alpha, unary, edges)
             e = energy(moved, unary, edges)
             if e < best - 1e-9 * max(abs(best), 1.0):
                 labels, best, improved = moved, e, True
@@ -169,8 +159,7 @@ def _cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]], labels: np.ndar
     return labels
 
 
-def _expand(labels: np.ndarray, alpha: int, unary: np.ndarray, edges: list[tuple[int, np.ndarray]],
-            maxflow) -> np.ndarray:
+def _expand(labels: np.ndarray, alpha: int, unary: np.ndarray, edges: list[tuple[int, np.ndarray]]) -> np.ndarray:
     """The best alpha-expansion of `labels`: every voxel keeps its label (x = 0) or takes alpha (x = 1).
 
     A pair term E(x_p, x_q) is written E00 + (E10 - E00) x_p + (E11 - E10) x_q + (E01 + E10 - E00 - E11)
@@ -180,8 +169,7 @@ def _expand(labels: np.ndarray, alpha: int, unary: np.ndarray, edges: list[tuple
     keep_cost = np.take_along_axis(unary, labels[..., None], axis=-1)[..., 0]
     take_cost = unary[..., alpha].copy()
     linear = np.zeros(labels.shape)
-    g = maxflow.Graph[float]()
-    ids = g.add_grid_nodes(labels.shape)
+    forward: list[np.ndarray | None] = [None, None, None]
     not_alpha = labels != alpha
     for axis, w in edges:
         far = _shifted(labels, axis)
@@ -190,12 +178,10 @@ def _expand(labels: np.ndarray, alpha: int, unary: np.ndarray, edges: list[tuple
         e10 = w * (far != alpha)  # p takes alpha, q keeps f_q
         linear += e10 - e00  # coefficient of x_p
         linear -= _back(e10, axis)  # coefficient of x_q: E11 - E10 = -E10, credited to q = p + 1
-        g.add_grid_edges(ids, weights=e01 + e10 - e00, structure=_structure(axis), symmetric=False)
+        forward[axis] = e01 + e10 - e00
     take_cost += np.maximum(linear, 0.0)
     keep_cost += np.maximum(-linear, 0.0)
-    g.add_grid_tedges(ids, take_cost, keep_cost)  # sink side = takes alpha
-    g.maxflow()
-    take = g.get_grid_segments(ids)
+    take, _ = grid_min_cut(take_cost, keep_cost, forward, [None, None, None])  # sink side = takes alpha
     return np.where(take, alpha, labels).astype(np.int32)
 
 
