@@ -18,6 +18,7 @@ from napari.utils.notifications import show_error
 from qtpy.QtWidgets import QComboBox, QFileDialog, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from imageforest.exceptions import ImageForestError
+from napari_imageforest._layers import level_of
 
 ORGANS_LAYER = "organs"
 POSTERIOR_LAYER = "organ posterior"
@@ -29,7 +30,7 @@ def scan_from_layer(layer: ImageLayer):
     """The layer's voxels as a CT scan: data (z, y, x) in HU, scale (z, y, x) mm, translate (z, y, x) mm."""
     from imageforest.imaging.io import Image
 
-    data = np.asarray(layer.data)
+    data = level_of(layer).array(layer)  # full resolution of a multiscale layer
     if data.ndim != 3 or layer.rgb:
         raise ImageForestError(f"{layer.name}: contouring needs a 3-D scalar image (a CT volume), got shape "
                                f"{data.shape}")

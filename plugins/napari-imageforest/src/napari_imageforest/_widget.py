@@ -42,17 +42,18 @@ from qtpy.QtWidgets import (
 from imageforest.apps.segment import SegmentationForest, SegmentationSession
 from imageforest.exceptions import ImageForestError
 from napari_imageforest._contour_widget import ORGANS_LAYER
+from napari_imageforest._layers import SESSION_PIXELS, Level, level_of
 
 SCRIBBLES = "scribbles"
 N_SUGGESTIONS = 5
 
 
-def _spatial(layer: ImageLayer) -> tuple[np.ndarray, bool, np.ndarray]:
-    """(data, rgb, spacing of the spatial axes) of an image layer."""
-    data = np.asarray(layer.data)
-    rgb = bool(layer.rgb)
-    n_spatial = data.ndim - (1 if rgb else 0)
-    return data, rgb, np.asarray(layer.scale[-n_spatial:], dtype=np.float64)
+def _spatial(layer: ImageLayer, level: Level | None = None) -> tuple[np.ndarray, bool, np.ndarray]:
+    """(data, rgb, spacing of the spatial axes) of an image layer at `level` (default: full resolution), in memory."""
+    level = level or level_of(layer)
+    data = level.array(layer)
+    n_spatial = data.ndim - (1 if level.rgb else 0)
+    return data, level.rgb, level.scale[-n_spatial:]
 
 
 def _camera(viewer):
@@ -71,8 +72,8 @@ def _segment_layer(model: SegmentationForest, layer: ImageLayer) -> np.ndarray:
                          rgb=rgb if data.ndim == 3 else None).labels
 
 
-def _session_for(layer: ImageLayer) -> SegmentationSession:
-    data, rgb, scale = _spatial(layer)
+def _session_for(layer: ImageLayer, level: Level) -> SegmentationSession:
+    data, rgb, scale = _spatial(layer, level)
     if not rgb and data.ndim == 3:
         return SegmentationSession(data, spacing=scale, rgb=False)
     return SegmentationSession(data, rgb=rgb)
@@ -101,6 +102,7 @@ class SegmentationWidget(QWidget):
         self.viewer = napari_viewer
         self.session: SegmentationSession | None = None
         self.image_layer: ImageLayer | None = None
+        self.level: Level | None = None  # the resolution of the image layer the session works on
         self.scribbles: Labels | None = None
         self.model: SegmentationForest | None = None
         self.worker = None
@@ -216,10 +218,11 @@ class SegmentationWidget(QWidget):
             show_error("no image layer to segment: open an image first")
             return
         self.image_layer = layer
+        self.level = level_of(layer, SESSION_PIXELS)  # a multiscale layer: its finest level that fits
         self.session = None
         self.model = None
         self._busy(f"Computing features of {layer.name} ...")
-        self._run(_session_for, layer, returned=self._started)
+        self._run(_session_for, layer, self.level, returned=self._started)
 
     def _run(self, function, *args, returned, yielded=None) -> None:
         """Run `function(*args)` (a function or a generator function) on a worker thread."""
@@ -231,12 +234,14 @@ class SegmentationWidget(QWidget):
 
     def _started(self, session: SegmentationSession) -> None:
         self.session = session
-        layer = self.image_layer
-        if self.scribbles is None or self.scribbles not in self.viewer.layers \
-                or self.scribbles.data.shape != session.shape:
+        n = len(session.shape)
+        scale, translate = self.level.scale[-n:], self.level.translate[-n:]
+        if self.scribbles is not None and self.scribbles in self.viewer.layers \
+                and self.scribbles.data.shape == session.shape:
+            self.scribbles.scale, self.scribbles.translate = scale, translate
+        else:
             self.scribbles = self.viewer.add_labels(np.zeros(session.shape, dtype=np.uint8), name=SCRIBBLES,
-                                                    scale=layer.scale[-len(session.shape):],
-                                                    translate=layer.translate[-len(session.shape):])
+                                                    scale=scale, translate=translate)
             self.scribbles.events.paint.connect(self._on_paint)
             # scribbles set from Python or a file (`layer.data = ...`) update too; painting emits `paint` only
             self.scribbles.events.data.connect(self._on_paint)
@@ -246,7 +251,9 @@ class SegmentationWidget(QWidget):
         self.scribbles.selected_label = 1
         self.scribbles.mode = "paint"
         self.viewer.layers.selection.active = self.scribbles
-        self._idle(f"Features ready ({session.features_s:.1f} s). Paint label 1 on the object, 2 on the "
+        where = "" if self.level.level == 0 else (f" of resolution level {self.level.level} "
+                                                  f"({' x '.join(str(n) for n in session.shape)})")
+        self._idle(f"Features{where} ready ({session.features_s:.1f} s). Paint label 1 on the object, 2 on the "
                    "background (more labels for more classes).")
 
     def _then_update(self, action):

@@ -309,3 +309,38 @@ def test_the_first_cut_shows_while_the_colour_rounds_run(started, qtbot, monkeyp
     assert kinds[-1] == "result" and "suggestions" in viewer.layers
     seg = viewer.layers["segmentation"].data
     assert np.sum((seg == 1) & disc) / np.sum((seg == 1) | disc) > 0.85
+
+
+def test_a_multiscale_dask_layer_is_painted_coarse_and_segmented_at_full_resolution(make_napari_viewer, qtbot,
+                                                                                    monkeypatch):
+    da = pytest.importorskip("dask.array")
+    from napari_imageforest import _layers
+
+    viewer = make_napari_viewer()
+    img, disc = disc_picture()
+    full = np.repeat(np.repeat(img, 2, axis=0), 2, axis=1)  # 120 x 160, a pyramid of two levels
+    viewer.add_image([da.from_array(full, chunks=(64, 64, 3)), da.from_array(img, chunks=(32, 32, 3))],
+                     name="pyramid", rgb=True, multiscale=True, scale=(0.5, 0.5))
+    monkeypatch.setattr(_widget, "SESSION_PIXELS", disc.size)  # as if level 0 were too large to paint on
+    assert _layers.level_of(viewer.layers["pyramid"], disc.size).level == 1
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.image_combo.setCurrentText("pyramid")
+    widget.start_button.click()
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    scribbles = viewer.layers["scribbles"]
+    assert scribbles.data.shape == disc.shape and np.allclose(scribbles.scale, (1.0, 1.0))  # level 1 in the world
+    assert "level 1" in widget.status.text()
+    paint_disc_strokes(scribbles)
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    seg = viewer.layers["segmentation"]
+    assert np.allclose(seg.scale, (1.0, 1.0))
+    fg = seg.data == 1
+    assert np.sum(fg & disc) / np.sum(fg | disc) > 0.85
+    widget.apply_to(viewer.layers["pyramid"])  # a saved model's labels: full resolution
+    qtbot.waitUntil(lambda: "pyramid segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    out = viewer.layers["pyramid segmentation"]
+    big_disc = np.repeat(np.repeat(disc, 2, axis=0), 2, axis=1)
+    assert out.data.shape == big_disc.shape and np.allclose(out.scale, (0.5, 0.5))
+    fg = out.data == 1
+    assert np.sum(fg & big_disc) / np.sum(fg | big_disc) > 0.8
