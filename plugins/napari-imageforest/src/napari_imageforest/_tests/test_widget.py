@@ -344,3 +344,30 @@ def test_a_multiscale_dask_layer_is_painted_coarse_and_segmented_at_full_resolut
     assert out.data.shape == big_disc.shape and np.allclose(out.scale, (0.5, 0.5))
     fg = out.data == 1
     assert np.sum(fg & big_disc) / np.sum(fg | big_disc) > 0.8
+
+
+def test_strokes_painted_on_a_sagittal_view_of_a_volume(make_napari_viewer, qtbot):
+    """A user rolls the axes to look at the volume from the side (z and y on screen, x on the slider) and paints
+    there: each stroke lies in one x plane across many axial slices, and the segmentation follows it."""
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(3)
+    _, yy, xx = np.mgrid[:20, :24, :24]
+    tube = (yy - 12) ** 2 + (xx - 11) ** 2 < 4 ** 2  # a tube along z
+    vol = (np.where(tube, 50.0, 0.0) + rng.normal(0, 8, tube.shape)).astype(np.float32)
+    viewer.add_image(vol, name="volume")
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.start(viewer.layers["volume"])
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    scribbles = viewer.layers["scribbles"]
+    viewer.dims.order = (2, 0, 1)  # x on the slider; z and y displayed
+    viewer.dims.set_point(2, 11)
+    assert tuple(scribbles._slice_input.displayed) == (0, 1)
+    scribbles.brush_size = 2
+    paint_line(scribbles, 1, [(z, 12, 11) for z in range(2, 18, 2)])  # down the tube
+    paint_line(scribbles, 2, [(z, 3, 11) for z in range(2, 18, 2)] + [(z, 21, 11) for z in range(2, 18, 2)])
+    painted = np.argwhere(scribbles.data > 0)
+    assert set(painted[:, 2]) == {11} and np.ptp(painted[:, 0]) >= 14  # one sagittal plane, many axial slices
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    seg = viewer.layers["segmentation"].data == 1
+    assert 2 * np.sum(seg & tube) / (seg.sum() + tube.sum()) > 0.8
