@@ -206,7 +206,7 @@ class SegmentationForest(ClassificationForest):
             prepared = prepare(array[ya:yb, xa:xb], rgb=kind == "rgb", tile=Tile((ya, xa), (h, w), bounds))
             p = self.pixel_posterior(prepared).astype(np.float32)
             idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
-                            float(self.smoothness))
+                            float(self.smoothness), banded=True)
             core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
             labels[y0:y1, x0:x1] = self.classes_[idx.reshape(prepared.shape)[core]]
             p = p.reshape(*prepared.shape, n_classes)[core]

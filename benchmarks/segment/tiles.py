@@ -5,10 +5,11 @@
 A model is grown on one GrabCut picture's set-2 scribbles (as `scale.py` grows it). Then `--tiles` GrabCut pictures,
 resized to `--side` pixels square (a 1024-pixel tile with its 64-pixel margins), go through what `segment_tiles`
 does to each tile, on one thread: the features (and, beside them, the same filter bank's Gaussian filters by
-scipy.ndimage), the forest, and the graph cut (and, beside it, the same cut by PyMaxflow, Kolmogorov's C++
-implementation, when it is installed: `pip install PyMaxflow`). Last, every tile twice, two at a time on two
-threads, as `segment_tiles` runs them: seconds per tile. Prints medians, the largest difference between the two
-filter implementations and whether the cuts agree.
+scipy.ndimage), the forest, and the banded graph cut tiles use (and, beside it, the exact cut, by
+`imageforest.imaging.maxflow` and by PyMaxflow, Kolmogorov's C++ implementation, when it is installed: `pip install
+PyMaxflow`). Last, every tile twice, two at a time on two threads, as `segment_tiles` runs them: seconds per tile.
+Prints medians, the largest difference between the two filter implementations, how the exact cuts agree and how
+much of each tile the banded cut labels as the exact one does.
 """
 
 from __future__ import annotations
@@ -101,34 +102,39 @@ def main() -> None:
         t1 = time.perf_counter()
         p = model.pixel_posterior(prepared).astype(np.float32).reshape(*prepared.guide.shape[:3], -1)
         t2 = time.perf_counter()
-        labels = graph_cut(p, prepared.guide, prepared.spacing, smooth)
+        labels = graph_cut(p, prepared.guide, prepared.spacing, smooth, banded=True)  # as segment_tiles cuts
         t3 = time.perf_counter()
         if times is not None:
-            times.append((t1 - t0, t2 - t1, t3 - t2, prepared, p, labels))
+            exact = graph_cut(p, prepared.guide, prepared.spacing, smooth)
+            times.append((t1 - t0, t2 - t1, t3 - t2, prepared, p, exact, time.perf_counter() - t3,
+                          float(np.mean(exact == labels))))
 
     with numba_threads(1):
         one(tiles[0])  # kernels loaded
         for picture in tiles:
             done: list = []
             one(picture, done)
-            features, forest, cut, prepared, p, labels = done[0]
+            features, forest, cut, prepared, p, labels, exact_s, banded_agree = done[0]
             lightness = prepared.guide[0, ..., 0]
             ours = filter_passes(lightness, gaussian_filter, gaussian_laplace)
             peer_filters = filter_passes(lightness, ndimage.gaussian_filter, ndimage.gaussian_laplace)
             peer = pymaxflow_cut(p, prepared.guide, smooth)
             rows.append((features, forest, cut, ours, peer_filters, None if peer is None else peer[1],
-                         None if peer is None else float(np.mean(peer[0] == labels.astype(bool)))))
+                         None if peer is None else float(np.mean(peer[0] == labels.astype(bool))), exact_s,
+                         banded_agree))
     # the filters themselves against scipy's values
     lightness = prepare(tiles[0], rgb=True).guide[0, ..., 0]
     ref = ndimage.gaussian_filter(lightness, 8.0)
     diff = float(np.abs(gaussian_filter(lightness, 8.0) - ref).max() / np.abs(ref).max())
 
     print(f"{len(tiles)} tiles of {args.side} x {args.side} RGB, one thread, seconds (median):")
-    med = np.median(np.array([[r[i] if r[i] is not None else np.nan for i in range(6)] for r in rows]), axis=0)
+    med = np.median(np.array([[r[i] if r[i] is not None else np.nan for i in range(8)] for r in rows]), axis=0)
     print(f"  features {med[0]:.2f}, of which the Gaussian passes {med[3]:.2f} (scipy.ndimage: {med[4]:.2f}, "
-          f"{med[4] / med[3]:.1f}x); forest {med[1]:.2f}; graph cut {med[2]:.2f}", end="")
+          f"{med[4] / med[3]:.1f}x); forest {med[1]:.2f}; banded graph cut {med[2]:.2f} (the same labels as the "
+          f"exact cut on {min(r[8] for r in rows) * 100:.2f}-{max(r[8] for r in rows) * 100:.2f}% of a tile); "
+          f"exact cut {med[7]:.2f}", end="")
     if rows[0][5] is not None:
-        print(f" (PyMaxflow {med[5]:.2f}, {med[5] / med[2]:.2f}x; the same labels on "
+        print(f" (PyMaxflow {med[5]:.2f}, {med[5] / med[7]:.2f}x; the same labels on "
               f"{min(r[6] for r in rows) * 100:.4f}% of pixels or more)")
     else:
         print(" (PyMaxflow not installed)")
