@@ -1,4 +1,4 @@
-"""The numba Gaussian filters against scipy's, and the numba grid cut against brute force and PyMaxflow-free checks."""
+"""The numba Gaussian filters, L*a*b* conversion and grid cut against scipy, scikit-image and brute force."""
 
 import itertools
 
@@ -93,3 +93,22 @@ def test_grid_cut_on_larger_grids_is_a_cut_of_its_flow_and_rejects_negative_capa
             assert _cut_value(other, source, sink, edges, edges) >= flow - 1e-9
     with pytest.raises(InvalidInputError):
         grid_min_cut(-np.ones((1, 2, 2)), np.ones((1, 2, 2)), [None] * 3, [None] * 3)
+
+
+def test_rgb_to_lab_gives_scikit_images_values():
+    from skimage.color import rgb2lab
+
+    from imageforest.imaging.lab import rgb_to_lab
+
+    rng = np.random.default_rng(5)
+    picture = rng.integers(0, 256, (40, 50, 3)).astype(np.uint8)
+    picture[:4, :4] = 0
+    picture[4:8, :4] = 255
+    picture[8:12, :4] = 5  # dark enough for the sRGB curve's linear part
+    lab = rgb_to_lab(picture, 255.0)
+    assert lab.dtype == np.float32 and lab.shape == picture.shape
+    assert np.abs(lab - rgb2lab(picture / 255.0)).max() < 1e-4
+    wide = picture.astype(np.float64) * 4.0  # values past 1 are clipped after scaling, as before
+    assert np.allclose(rgb_to_lab(wide, 255.0)[4:8, :4], rgb2lab(np.ones((4, 4, 3))), atol=1e-4)
+    with pytest.raises(InvalidInputError):
+        rgb_to_lab(picture[..., :2], 255.0)
