@@ -109,23 +109,16 @@ def _correlate_axis(src, weights, axis, out):  # pragma: no cover - numba
                     for x in range(nx):
                         acc[x] += w * padded[x + k]
                 out[z, y, :] = acc
-    elif axis == 1:  # across rows: each output row sums whole source rows
+    else:  # across rows (axis 1) or planes (axis 0): each output row sums whole source rows, row by row in cache
         for z in range(nz):
             for y in range(ny):
                 row = out[z, y]
                 row[:] = 0.0
                 for k in range(taps):
                     w = weights[k]
-                    source = src[z, _reflect(y + k - r, ny)]
-                    for x in range(nx):
-                        row[x] += w * source[x]
-    else:  # across planes, row by row so that the sums stay in cache
-        for z in range(nz):
-            for y in range(ny):
-                row = out[z, y]
-                row[:] = 0.0
-                for k in range(taps):
-                    w = weights[k]
-                    source = src[_reflect(z + k - r, nz), y]
+                    if axis == 1:
+                        source = src[z, _reflect(y + k - r, ny)]
+                    else:
+                        source = src[_reflect(z + k - r, nz), y]
                     for x in range(nx):
                         row[x] += w * source[x]
