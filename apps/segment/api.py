@@ -24,7 +24,8 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
                  None = None, *, n_trees: int | None = None, max_depth: int | None = None,
                  smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False,
                  init: str | Path | None = None, background: int | None = None, init_weight: float | None = None,
-                 colour_weight: float | None = None) -> tuple[Segmentation, Image, SegmentationForest | None]:
+                 colour_weight: float | None = None, maps: bool = True
+                 ) -> tuple[Segmentation, Image, SegmentationForest | None]:
     """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
     saved `model` (a path or a loaded model); exactly one of the two.
 
@@ -33,7 +34,9 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     segmentation is sure of (`SegmentationSession.model`; None otherwise, and when a model was applied).
     `init` is a label map on the image's grid to start from (e.g. `imageforest contour`'s; 0 = background): the
     scribbled organs are corrected and the labels come back in its numbering (`SegmentationSession.set_init`;
-    `background` the background strokes' number, `init_weight` its share of the pooling).
+    `background` the background strokes' number, `init_weight` its share of the pooling). `maps` False: a saved
+    model keeps only the labels of a picture it segments in tiles (no probability or uncertainty maps: larger
+    pictures fit, see `MAX_LABEL_PIXELS`).
     """
     if (scribbles is None) == (model is None):
         raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
@@ -41,8 +44,9 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
         raise InvalidInputError("an automatic segmentation to start from (init) is corrected with scribbles")
     if model is not None:
         forest = model if isinstance(model, SegmentationForest) else load_segmentation_model(model)
-        picture = read_segmentation_image(image, tiled=True)  # a saved model segments large pictures in tiles
-        return forest.segment(picture), picture, None
+        # a saved model segments large pictures in tiles
+        picture = read_segmentation_image(image, tiled=True, labels_only=not maps)
+        return forest.segment(picture, maps=maps), picture, None
     picture = read_segmentation_image(image)
     from imageforest.apps.segment.session import SegmentationSession
 

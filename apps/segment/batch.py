@@ -66,7 +66,8 @@ class SegmentJob:
 
         t0 = time.perf_counter()
         with numba_threads(self.threads):
-            result, picture, _ = segment_file(item.scan, model=model)
+            result, picture, _ = segment_file(item.scan, model=model,
+                                              maps=item.probabilities is not None or item.uncertainty is not None)
         t_segment = time.perf_counter() - t0
         with StagedOutputs() as out:  # an image's outputs move into place together, the JSON after them
             if item.out is not None:
@@ -91,10 +92,10 @@ def segmentation_document(scan: Path, result, picture, version: str) -> dict:
     labels = result.labels
     n = max(int(labels.size), 1)
     classes = []
+    means = result.mean_posterior()
     for k, c in enumerate(result.classes):
-        inside = labels == c
-        count = int(inside.sum())
-        mean_p = float(result.probabilities[..., k][inside].mean()) if count else None
+        count = int((labels == c).sum())
+        mean_p = float(means[k]) if count else None
         classes.append({"label": int(c), "pixels": count, "share": round(count / n, 6),
                         "mean_posterior": None if mean_p is None else round(mean_p, 4)})
     return {"scan": str(scan), "imageforest_version": version, "kind": "picture" if picture.ndim == 2 else "volume",

@@ -143,7 +143,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
                                                   colour_weight=colour_weight,
                                                   keep_model=save_model_path is not None, init=init_path,
-                                                  background=background)
+                                                  background=background,
+                                                  maps=proba_path is not None or uncertainty_path is not None)
         # every output of the run moves into place together, or none does
         with StagedOutputs() as out:
             write_labels(result.labels, out.path(mask_path), picture)

@@ -39,17 +39,22 @@ def _suffix(path: Path) -> str:
 # keeps it within about 2.5 GB.
 MAX_SEGMENT_PIXELS = 1 << 24
 # Pixels a picture may hold when a saved model segments it: in tiles, about 16 bytes a pixel beside the picture
-# (labels, two classes' posteriors, uncertainty), so 2^27 (e.g. 11,000 x 11,000) stays within about 3 GB.
+# (labels, two classes' posteriors, uncertainty), so 2^27 (e.g. 11,000 x 11,000) stays within about 3 GB; when
+# only the labels are written, about 1 byte a pixel beside the picture's 3 (and its decoding), so 2^28 (16,000 x
+# 16,000) does.
 MAX_APPLY_PIXELS = 1 << 27
+MAX_LABEL_PIXELS = 1 << 28
 
 
-def read_segmentation_image(path: str | os.PathLike, tiled: bool = False) -> Image:
+def read_segmentation_image(path: str | os.PathLike, tiled: bool = False, labels_only: bool = False) -> Image:
     """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError). With
-    `tiled` (a saved model applied tile by tile) pictures may be larger: up to `MAX_APPLY_PIXELS`."""
+    `tiled` (a saved model applied tile by tile) pictures may be larger: up to `MAX_APPLY_PIXELS`, or
+    `MAX_LABEL_PIXELS` when only the labels are kept (`labels_only`)."""
     from imageforest.imaging.pictures import max_pixels
 
     limit = max_pixels(MAX_SEGMENT_PIXELS)
-    image = read_image(path, max(limit, MAX_APPLY_PIXELS) if tiled else limit)
+    largest = MAX_LABEL_PIXELS if labels_only else MAX_APPLY_PIXELS
+    image = read_image(path, max(limit, largest) if tiled else limit)
     if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
         raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
                                 "takes 2-D pictures and 3-D volumes")

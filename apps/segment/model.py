@@ -49,17 +49,33 @@ class Segmentation:
     Attributes
     ----------
     labels : spatial shape, the scribble number each pixel was assigned (uint8, or uint16 past 255)
-    probabilities : spatial shape + (K,) float32, per-class posterior, classes in `classes` order
-    uncertainty : spatial shape float32, entropy of the posterior (nats; log K at most)
+    probabilities : spatial shape + (K,) float32, per-class posterior, classes in `classes` order; None when only
+        the labels were asked for (`SegmentationForest.segment(..., maps=False)`)
+    uncertainty : spatial shape float32, entropy of the posterior (nats; log K at most); None with the
+        probabilities
     classes : (K,) the scribble numbers
     timing_s : seconds per step
+    posterior_sums : (K,) float64, each class's posterior summed over the pixels labelled with it (kept when the
+        maps are not; None otherwise)
     """
 
     labels: np.ndarray
-    probabilities: np.ndarray
-    uncertainty: np.ndarray
+    probabilities: np.ndarray | None
+    uncertainty: np.ndarray | None
     classes: np.ndarray
     timing_s: dict[str, float] = field(default_factory=dict)
+    posterior_sums: np.ndarray | None = None
+
+    def mean_posterior(self) -> np.ndarray:
+        """(K,) each class's mean posterior over the pixels labelled with it (NaN for a class with none)."""
+        counts = np.array([np.count_nonzero(self.labels == c) for c in self.classes], dtype=np.float64)
+        if self.posterior_sums is not None:
+            sums = self.posterior_sums
+        else:
+            sums = np.array([self.probabilities[..., k][self.labels == c].sum(dtype=np.float64)
+                             for k, c in enumerate(self.classes)])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
 def entropy(p: np.ndarray) -> np.ndarray:
@@ -165,15 +181,16 @@ class SegmentationForest(ClassificationForest):
         self.check_image(prepared)
         return self.predict_proba(prepared.features)
 
-    def segment(self, image, spacing=None, rgb: bool | None = None) -> Segmentation:
+    def segment(self, image, spacing=None, rgb: bool | None = None, maps: bool = True) -> Segmentation:
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut. Pictures of
-        more than `TILED_ABOVE` pixels are segmented in tiles (`segment_tiles`)."""
+        more than `TILED_ABOVE` pixels are segmented in tiles (`segment_tiles`; `maps` False keeps only their labels
+        and each class's posterior sums, 1-2 bytes a pixel instead of 13-16)."""
         self.check_fitted()
         if not isinstance(image, PreparedImage):
             array = np.asarray(image.array if isinstance(image, Image) else image)
             colour = (image.ndim == 2 and array.ndim == 3) if isinstance(image, Image) and rgb is None else rgb
             if image_kind(array, colour) != "volume" and array.shape[0] * array.shape[1] > TILED_ABOVE:
-                return self.segment_tiles(array, colour)
+                return self.segment_tiles(array, colour, maps=maps)
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
         p = self.pixel_posterior(prepared).astype(np.float32)  # checks the image fits the model
         grid = p.reshape(*prepared.guide.shape[:3], -1)
@@ -182,11 +199,12 @@ class SegmentationForest(ClassificationForest):
         return Segmentation(self.classes_[idx].reshape(shape).astype(label_dtype(self.classes_)),
                             p.reshape(*shape, -1), entropy(p).reshape(shape), self.classes_.copy())
 
-    def segment_tiles(self, picture, rgb: bool | None = None, tile: int = TILE, halo: int = TILE_HALO
-                      ) -> Segmentation:
+    def segment_tiles(self, picture, rgb: bool | None = None, tile: int = TILE, halo: int = TILE_HALO,
+                      maps: bool = True) -> Segmentation:
         """`segment` of a picture (y, x) or (y, x, 3|4) tile by tile, so that memory follows the tile, not the
         picture: each `tile` x `tile` core is prepared with a margin of `halo` pixels (the filters' reach: its
-        features are the whole picture's) and cut with it; only the core is kept."""
+        features are the whole picture's) and cut with it; only the core is kept. Without `maps` the posterior
+        and uncertainty maps are not kept (`Segmentation.posterior_sums` instead)."""
         self.check_fitted()
         array = np.asarray(picture)
         kind = image_kind(array, rgb)
@@ -198,8 +216,9 @@ class SegmentationForest(ClassificationForest):
         bounds = stretch_bounds(array.astype(np.float32)) if kind == "grey" else None
         n_classes = self.classes_.size
         labels = np.empty((h, w), dtype=label_dtype(self.classes_))
-        proba = np.empty((h, w, n_classes), dtype=np.float32)
-        uncertainty = np.empty((h, w), dtype=np.float32)
+        proba = np.empty((h, w, n_classes), dtype=np.float32) if maps else None
+        uncertainty = np.empty((h, w), dtype=np.float32) if maps else None
+        sums: dict[tuple[int, int], np.ndarray] = {}  # per tile, summed in tile order (the same whatever the threads)
         # Each thread writes its tiles' feature matrices into one buffer: a fresh matrix per tile would be new
         # pages every time (175 MB a tile, 0.2 s to touch).
         buffers = threading.local()
@@ -217,10 +236,15 @@ class SegmentationForest(ClassificationForest):
             idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
                             float(self.smoothness), banded=True)
             core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
-            labels[y0:y1, x0:x1] = self.classes_[idx.reshape(prepared.shape)[core]]
+            chosen = idx.reshape(prepared.shape)[core]
+            labels[y0:y1, x0:x1] = self.classes_[chosen]
             p = p.reshape(*prepared.shape, n_classes)[core]
-            proba[y0:y1, x0:x1] = p
-            uncertainty[y0:y1, x0:x1] = entropy(p)
+            if maps:
+                proba[y0:y1, x0:x1] = p
+                uncertainty[y0:y1, x0:x1] = entropy(p)
+            else:
+                picked = np.take_along_axis(p, chosen[..., None].astype(np.intp), axis=-1)[..., 0]
+                sums[corner] = np.bincount(chosen.ravel(), weights=picked.ravel(), minlength=n_classes)
 
         corners = [(y0, x0) for y0 in range(0, h, tile) for x0 in range(0, w, tile)]
         workers = min(n_threads(), len(corners))
@@ -236,7 +260,8 @@ class SegmentationForest(ClassificationForest):
 
             with ThreadPoolExecutor(workers, thread_name_prefix="imageforest-tile") as pool:
                 list(pool.map(serial_tile, corners))
-        return Segmentation(labels, proba, uncertainty, self.classes_.copy())
+        totals = None if maps else np.sum([sums[c] for c in corners], axis=0)
+        return Segmentation(labels, proba, uncertainty, self.classes_.copy(), posterior_sums=totals)
 
     def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:
         """Labels of every frame of a stack of pictures (or slice of a volume) segmented one by one with a model

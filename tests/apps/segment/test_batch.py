@@ -219,3 +219,33 @@ def test_large_pictures_are_segmented_in_tiles_that_agree_with_the_whole(monkeyp
     monkeypatch.setattr(model_module.SegmentationForest, "segment_tiles",
                         lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     assert np.array_equal(forest.segment(big).labels, whole.labels) and calls
+    # labels only: no maps kept, the same labels, and each class's mean posterior from the tiles' sums
+    lean = forest.segment(big, maps=False)
+    assert lean.probabilities is None and lean.uncertainty is None
+    assert np.array_equal(lean.labels, whole.labels)
+    assert np.allclose(lean.mean_posterior(), whole.mean_posterior(), atol=1e-6)
+    assert np.all((whole.mean_posterior() > 0.5) & (whole.mean_posterior() <= 1.0))
+
+
+def test_a_picture_too_large_for_maps_segments_when_only_labels_are_written(folder, tmp_path, monkeypatch):
+    """Labels alone take about a byte a pixel: a saved model takes larger pictures when no map is asked for."""
+    import imageforest.apps.segment.image_files as image_files
+    import imageforest.apps.segment.model as model_module
+
+    root, _ = folder
+    img, disc = disc_picture()
+    big = np.tile(img, (3, 3, 1))
+    PILImage.fromarray(big).save(tmp_path / "big.png")
+    monkeypatch.setattr(image_files, "MAX_SEGMENT_PIXELS", 1000)
+    monkeypatch.setattr(image_files, "MAX_APPLY_PIXELS", 10_000)  # below the picture's 43,200 pixels
+    monkeypatch.setattr(image_files, "MAX_LABEL_PIXELS", 100_000)
+    monkeypatch.setattr(model_module, "TILED_ABOVE", 5_000)
+    r = run("segment", tmp_path / "big.png", "--model", root / "m.npz", "-o", tmp_path / "labels.png")
+    assert r.exit_code == 0, r.output
+    labels = np.asarray(PILImage.open(tmp_path / "labels.png"))
+    fg = labels == 1
+    truth = np.tile(disc, (3, 3))
+    assert np.sum(fg & truth) / np.sum(fg | truth) > 0.85
+    r = run("segment", tmp_path / "big.png", "--model", root / "m.npz", "-o", tmp_path / "again.png", "--proba",
+            tmp_path / "p.npy")
+    assert r.exit_code == 1 and "pixels" in r.output and not (tmp_path / "p.npy").exists()

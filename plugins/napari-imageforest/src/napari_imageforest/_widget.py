@@ -69,7 +69,7 @@ def _segment_layer(model: SegmentationForest, layer: ImageLayer) -> np.ndarray:
     if model.image_kind_ != "volume" and data.ndim - (1 if rgb else 0) == 3:
         return model.segment_frames(data, rgb=rgb)
     return model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
-                         rgb=rgb if data.ndim == 3 else None).labels
+                         rgb=rgb if data.ndim == 3 else None, maps=False).labels
 
 
 def _session_for(layer: ImageLayer, level: Level) -> SegmentationSession:
@@ -519,7 +519,7 @@ class SegmentationWidget(QWidget):
         def work():
             if not stack:
                 seg = model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
-                                    rgb=rgb if data.ndim == 3 else None)
+                                    rgb=rgb if data.ndim == 3 else None, maps=False)  # only labels are shown
                 return seg.labels
             frames = []
             for k in range(data.shape[0]):
