@@ -19,7 +19,9 @@ import numpy as np
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.serialization import atomic_write as write_atomically
 from imageforest.imaging.io import Image, read_image, write_image
-from imageforest.imaging.ome_zarr import ZARR_SUFFIX  # an OME-Zarr image folder (`*.ome.zarr`), a picture or a volume
+
+# ZARR_SUFFIX: an OME-Zarr image folder (`*.ome.zarr`), a picture or a volume
+from imageforest.imaging.ome_zarr import ZARR_SUFFIX, is_zarr_path
 
 PICTURE_SUFFIXES = (".png", ".bmp", ".gif", ".tif", ".tiff", ".jpg", ".jpeg")
 LABEL_PICTURE_SUFFIXES = (".png", ".tif", ".tiff", ".bmp")
@@ -44,15 +46,30 @@ MAX_SEGMENT_PIXELS = 1 << 24
 # 16,000) does.
 MAX_APPLY_PIXELS = 1 << 27
 MAX_LABEL_PIXELS = 1 << 28
+# An OME-Zarr picture read tile by tile (labels only): a byte a pixel for its labels, so 2^30 (32,768 x 32,768)
+# stays within about 2 GB beside the tiles'.
+MAX_LAZY_PIXELS = 1 << 30
 
 
 def read_segmentation_image(path: str | os.PathLike, tiled: bool = False, labels_only: bool = False) -> Image:
     """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError). With
     `tiled` (a saved model applied tile by tile) pictures may be larger: up to `MAX_APPLY_PIXELS`, or
-    `MAX_LABEL_PIXELS` when only the labels are kept (`labels_only`)."""
+    `MAX_LABEL_PIXELS` when only the labels are kept (`labels_only`); an OME-Zarr picture is then not read at all
+    but sliced tile by tile (its array a dask array; up to `MAX_LAZY_PIXELS`)."""
     from imageforest.imaging.pictures import max_pixels
 
     limit = max_pixels(MAX_SEGMENT_PIXELS)
+    if tiled and labels_only and is_zarr_path(path):  # read chunk by chunk as the tiles need them
+        from imageforest.imaging.ome_zarr import read_ome_zarr
+
+        image = read_ome_zarr(path, max(limit, MAX_LAZY_PIXELS), lazy=True)
+        if image.ndim == 2:
+            return image
+        image.array = np.asarray(image.array)  # a volume is segmented whole: read it, within the usual limit
+        if image.array.size > limit:
+            raise InvalidInputError(f"{path}: a volume of {image.array.size:,} voxels; at most {limit:,} "
+                                    "(IMAGEFOREST_MAX_PIXELS raises the limit)")
+        return image
     largest = MAX_LABEL_PIXELS if labels_only else MAX_APPLY_PIXELS
     image = read_image(path, max(limit, largest) if tiled else limit)
     if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):

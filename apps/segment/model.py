@@ -78,6 +78,15 @@ class Segmentation:
             return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+def _array_like(values):
+    """`values` as they are when they slice like an array without being read (dask, zarr), else as a numpy array."""
+    if isinstance(values, np.ndarray):
+        return values
+    if all(hasattr(values, name) for name in ("shape", "ndim", "dtype", "__getitem__")):
+        return values
+    return np.asarray(values)
+
+
 def entropy(p: np.ndarray) -> np.ndarray:
     """Shannon entropy (nats) over the last axis, float32, shape p.shape[:-1]."""
     rows = np.ascontiguousarray(p).reshape(-1, p.shape[-1])
@@ -187,10 +196,12 @@ class SegmentationForest(ClassificationForest):
         and each class's posterior sums, 1-2 bytes a pixel instead of 13-16)."""
         self.check_fitted()
         if not isinstance(image, PreparedImage):
-            array = np.asarray(image.array if isinstance(image, Image) else image)
+            array = _array_like(image.array if isinstance(image, Image) else image)
             colour = (image.ndim == 2 and array.ndim == 3) if isinstance(image, Image) and rgb is None else rgb
             if image_kind(array, colour) != "volume" and array.shape[0] * array.shape[1] > TILED_ABOVE:
                 return self.segment_tiles(array, colour, maps=maps)
+            if isinstance(image, Image) and not isinstance(image.array, np.ndarray):
+                image = Image(np.asarray(array), image.spacing, image.origin, image.direction, image.source)
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
         p = self.pixel_posterior(prepared).astype(np.float32)  # checks the image fits the model
         grid = p.reshape(*prepared.guide.shape[:3], -1)
@@ -206,14 +217,17 @@ class SegmentationForest(ClassificationForest):
         features are the whole picture's) and cut with it; only the core is kept. Without `maps` the posterior
         and uncertainty maps are not kept (`Segmentation.posterior_sums` instead)."""
         self.check_fitted()
-        array = np.asarray(picture)
+        array = _array_like(picture)  # a dask or zarr array stays one: each tile reads its own part
         kind = image_kind(array, rgb)
         if kind == "volume":
             raise InvalidInputError("volumes are segmented whole; tiles are for pictures")
         if tile < 16 or halo < 0:
             raise InvalidInputError(f"tiles need a side of at least 16 pixels and a halo >= 0, got {tile}, {halo}")
         h, w = array.shape[:2]
-        bounds = stretch_bounds(array.astype(np.float32)) if kind == "grey" else None
+        bounds = None
+        if kind == "grey":  # the whole picture's stretch; a picture not in memory gives it from a grid of 16M pixels
+            step = max(1, int(np.ceil(np.sqrt(h * w / float(1 << 24))))) if not isinstance(array, np.ndarray) else 1
+            bounds = stretch_bounds(np.asarray(array[::step, ::step]).astype(np.float32))
         n_classes = self.classes_.size
         labels = np.empty((h, w), dtype=label_dtype(self.classes_))
         proba = np.empty((h, w, n_classes), dtype=np.float32) if maps else None
@@ -230,8 +244,8 @@ class SegmentationForest(ClassificationForest):
             ya, xa, yb, xb = max(y0 - halo, 0), max(x0 - halo, 0), min(y1 + halo, h), min(x1 + halo, w)
             if getattr(buffers, "features", None) is None:
                 buffers.features = np.empty(largest, dtype=np.float32)
-            prepared = prepare(array[ya:yb, xa:xb], rgb=kind == "rgb", tile=Tile((ya, xa), (h, w), bounds),
-                               buffer=buffers.features)
+            prepared = prepare(np.asarray(array[ya:yb, xa:xb]), rgb=kind == "rgb",
+                               tile=Tile((ya, xa), (h, w), bounds), buffer=buffers.features)
             p = self.pixel_posterior(prepared).astype(np.float32)
             idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
                             float(self.smoothness), banded=True)

@@ -49,8 +49,10 @@ def _modules():
     return zarr, parse_url, Reader, Multiscales, write_image, Methods
 
 
-def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None) -> Image:
-    """The full-resolution level of an OME-Zarr image (see the module notes).
+def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None, lazy: bool = False) -> Image:
+    """The full-resolution level of an OME-Zarr image (see the module notes). With `lazy` the image's array is a
+    dask array that reads chunks when sliced (a picture larger than memory, segmented tile by tile); its values are
+    checked chunk by chunk, and only `max_points` limits its size.
 
     Raises
     ------
@@ -107,18 +109,18 @@ def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None) -> Ima
     if channel is not None and len(space) == 3:
         raise fail("is a colour volume; imageforest reads colour pictures and scalar volumes")
     count = float(np.prod([data.shape[k] for k in space]))
-    if count * (1 if channel is None else data.shape[keep[channel]]) > max_voxels():
+    if not lazy and count * (1 if channel is None else data.shape[keep[channel]]) > max_voxels():
         raise fail(f"holds {' x '.join(str(data.shape[k]) for k in keep)} values, over the "
                    f"{max_voxels() / 1e6:.0f} million read at most (IMAGEFOREST_MAX_VOXELS)")
     if max_points is not None and count > max_points:
         raise fail(f"{' x '.join(str(data.shape[k]) for k in space)} pixels or voxels, over the "
                    f"{max_points / 1e6:.1f} million this command reads (IMAGEFOREST_MAX_PIXELS raises the limit)")
-    array = np.asarray(data[tuple(index)])
+    array = data[tuple(index)] if lazy else np.asarray(data[tuple(index)])
     if channel is not None:
-        array = np.moveaxis(array, channel, -1)
+        array = np.moveaxis(array, channel, -1)  # dask arrays move lazily
     if array.dtype.kind not in "biuf":
         raise fail(f"holds {array.dtype} values; imageforest reads numbers")
-    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+    if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
         raise fail("contains NaN or infinite values")
     if 0 in array.shape:
         raise fail(f"is empty (shape {array.shape})")
@@ -130,8 +132,8 @@ def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None) -> Ima
     origin = np.array([translation[k] for k in space]) * mm
     if not np.all(np.isfinite(spacing)) or np.any(spacing <= 0):
         raise fail(f"has an invalid scale {tuple(float(s) for s in spacing)}")
-    return Image(np.ascontiguousarray(array), spacing[::-1].copy(), origin[::-1].copy(), np.eye(len(space)),
-                 source=str(path))
+    return Image(array if lazy else np.ascontiguousarray(array), spacing[::-1].copy(), origin[::-1].copy(),
+                 np.eye(len(space)), source=str(path))
 
 
 def _level_transforms(transforms, ndim: int) -> tuple[list[float], list[float]]:

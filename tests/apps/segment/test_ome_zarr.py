@@ -148,3 +148,37 @@ def test_written_maps_carry_the_images_origin(tmp_path):
     back = read_image(tmp_path / "m.zarr")
     assert np.allclose(back.spacing, image.spacing) and np.allclose(back.origin, image.origin)
     assert back.array.dtype == np.float32 and back.array[3, 5, 7] == 4 * 6 * 8 - 1
+
+
+def test_a_large_ome_zarr_picture_is_read_tile_by_tile_when_only_labels_are_written(tmp_path, files, monkeypatch):
+    """Labels only: the picture is never read whole (a dask array sliced per tile, beyond the limit of pictures
+    read into memory), and the labels are those of the picture segmented in memory."""
+    import imageforest.apps.segment.image_files as image_files
+    import imageforest.apps.segment.model as model_module
+    from imageforest.apps.segment import SegmentationForest
+
+    root, disc = files
+    r = run("segment", root / "pic.png", "--scribbles", root / "scribbles.png", "-o", tmp_path / "m.png",
+            "--save-model", tmp_path / "m.npz")
+    assert r.exit_code == 0, r.output
+    img, _ = disc_picture()
+    big = np.tile(img, (3, 4, 1))  # 180 x 320
+    write_zarr(np.moveaxis(big, -1, 0), tmp_path / "big.ome.zarr", "cyx")
+    monkeypatch.setattr(image_files, "MAX_SEGMENT_PIXELS", 1000)
+    monkeypatch.setattr(image_files, "MAX_APPLY_PIXELS", 10_000)  # below the picture's 57,600 pixels
+    monkeypatch.setattr(image_files, "MAX_LABEL_PIXELS", 10_000)
+    monkeypatch.setattr(model_module, "TILED_ABOVE", 5_000)
+    lazy = image_files.read_segmentation_image(tmp_path / "big.ome.zarr", tiled=True, labels_only=True)
+    assert not isinstance(lazy.array, np.ndarray) and lazy.array.shape == big.shape
+    r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "labels.ome.zarr")
+    assert r.exit_code == 0, r.output
+    from imageforest.imaging.ome_zarr import read_ome_zarr
+
+    labels = read_ome_zarr(tmp_path / "labels.ome.zarr").array
+    expected = SegmentationForest.load(tmp_path / "m.npz").segment_tiles(big).labels
+    assert np.array_equal(labels, expected)
+    truth = np.tile(disc, (3, 4))
+    assert np.sum((labels == 1) & truth) / np.sum((labels == 1) | truth) > 0.85
+    r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "again.ome.zarr",
+            "--proba", tmp_path / "p.ome.zarr")  # maps need the picture in memory: over the limit
+    assert r.exit_code == 1 and "pixels" in r.output
