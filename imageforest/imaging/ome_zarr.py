@@ -115,13 +115,20 @@ def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None, lazy: 
     if max_points is not None and count > max_points:
         raise fail(f"{' x '.join(str(data.shape[k]) for k in space)} pixels or voxels, over the "
                    f"{max_points / 1e6:.1f} million this command reads (IMAGEFOREST_MAX_PIXELS raises the limit)")
-    array = data[tuple(index)] if lazy else np.asarray(data[tuple(index)])
+    array = data[tuple(index)]
     if channel is not None:
         array = np.moveaxis(array, channel, -1)  # dask arrays move lazily
     if array.dtype.kind not in "biuf":
         raise fail(f"holds {array.dtype} values; imageforest reads numbers")
-    if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
-        raise fail("contains NaN or infinite values")
+    try:
+        if not lazy:
+            array = np.asarray(array)
+        if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
+            raise fail("contains NaN or infinite values")
+    except ImageReadError:
+        raise
+    except Exception as exc:  # a damaged chunk: whatever its codec raises
+        raise fail(f"unreadable chunk data ({type(exc).__name__}: {str(exc)[:200]})") from None
     if 0 in array.shape:
         raise fail(f"is empty (shape {array.shape})")
     mm = np.array([MM_PER_UNIT.get(str(axes[k].get("unit", "millimeter")).lower(), np.nan) for k in space])
@@ -132,8 +139,29 @@ def read_ome_zarr(path: str | os.PathLike, max_points: int | None = None, lazy: 
     origin = np.array([translation[k] for k in space]) * mm
     if not np.all(np.isfinite(spacing)) or np.any(spacing <= 0):
         raise fail(f"has an invalid scale {tuple(float(s) for s in spacing)}")
-    return Image(array if lazy else np.ascontiguousarray(array), spacing[::-1].copy(), origin[::-1].copy(),
-                 np.eye(len(space)), source=str(path))
+    return Image(ChunkedArray(array, path) if lazy else np.ascontiguousarray(array), spacing[::-1].copy(),
+                 origin[::-1].copy(), np.eye(len(space)), source=str(path))
+
+
+class ChunkedArray:
+    """An image array read chunk by chunk as it is sliced: `array[key]` is a numpy array, and a damaged chunk an
+    `ImageReadError` naming the file."""
+
+    def __init__(self, array, path: str | os.PathLike) -> None:
+        self._array, self.path = array, Path(path)
+        self.shape, self.dtype = tuple(int(n) for n in array.shape), np.dtype(array.dtype)
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key) -> np.ndarray:
+        try:
+            return np.asarray(self._array[key])
+        except Exception as exc:  # whatever the chunk's codec raises
+            raise ImageReadError(f"{self.path}: unreadable chunk data ({type(exc).__name__}: {str(exc)[:200]})"
+                                 ) from None
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[...]
+        return out if dtype is None else out.astype(dtype)
 
 
 def _level_transforms(transforms, ndim: int) -> tuple[list[float], list[float]]:

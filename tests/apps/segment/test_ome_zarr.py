@@ -182,3 +182,25 @@ def test_a_large_ome_zarr_picture_is_read_tile_by_tile_when_only_labels_are_writ
     r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "again.ome.zarr",
             "--proba", tmp_path / "p.ome.zarr")  # maps need the picture in memory: over the limit
     assert r.exit_code == 1 and "pixels" in r.output
+
+
+def test_a_damaged_chunk_is_one_line_whether_the_picture_is_read_whole_or_by_tiles(tmp_path, files, monkeypatch):
+    import imageforest.apps.segment.image_files as image_files
+    import imageforest.apps.segment.model as model_module
+
+    root, _ = files
+    r = run("segment", root / "pic.png", "--scribbles", root / "scribbles.png", "-o", tmp_path / "m.png",
+            "--save-model", tmp_path / "m.npz")
+    assert r.exit_code == 0, r.output
+    img, _ = disc_picture()
+    write_zarr(np.moveaxis(np.tile(img, (3, 4, 1)), -1, 0), tmp_path / "big.ome.zarr", "cyx")
+    meta = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
+    chunks = sorted(p for p in (tmp_path / "big.ome.zarr").rglob("*") if p.is_file() and p.name not in meta)
+    chunks[0].write_bytes(b"not a chunk")  # a full-resolution chunk (the levels sort first)
+    monkeypatch.setattr(model_module, "TILED_ABOVE", 5_000)
+    for extra in ([], ["--proba", tmp_path / "p.npy"]):  # tiles read lazily; the whole picture read first
+        monkeypatch.setattr(image_files, "MAX_APPLY_PIXELS", 10_000 if not extra else 1 << 27)
+        r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "out.png",
+                *extra)
+        assert r.exit_code == 1 and "unreadable chunk data" in r.output and len(r.output.strip().splitlines()) == 1
+        assert not (tmp_path / "out.png").exists()
