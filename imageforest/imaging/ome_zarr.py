@@ -10,6 +10,10 @@ resolution (level 0) as an `Image`:
   transformation converted to mm by each axis's unit (a missing unit is taken as mm) and its origin from the
   "translation"; the direction is the identity (OME-Zarr axes are not oriented in a patient).
 
+A picture may also be opened without reading it (`read_ome_zarr(..., lazy=True)`): its array is then a
+`ChunkedArray` that reads the chunks a slice needs, which is how a saved model segments a picture larger than memory
+tile by tile.
+
 Label maps and float maps (posteriors, uncertainty) are written as OME-Zarr images on the same axes and scale
 (`write_ome_zarr`), into a new folder renamed into place when complete.
 """
