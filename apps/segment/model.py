@@ -214,8 +214,10 @@ class SegmentationForest(ClassificationForest):
                       maps: bool = True) -> Segmentation:
         """`segment` of a picture (y, x) or (y, x, 3|4) tile by tile, so that memory follows the tile, not the
         picture: each `tile` x `tile` core is prepared with a margin of `halo` pixels (the filters' reach: its
-        features are the whole picture's) and cut with it; only the core is kept. Without `maps` the posterior
-        and uncertainty maps are not kept (`Segmentation.posterior_sums` instead)."""
+        features are the whole picture's) and cut with it, coarse to fine (`graph_cut(..., banded=True)`); only the
+        core is kept. `picture` may be a dask or zarr array (or an OME-Zarr `ChunkedArray`): each tile then reads
+        only its own part. Without `maps` the posterior and uncertainty maps are not kept
+        (`Segmentation.posterior_sums` instead)."""
         self.check_fitted()
         array = _array_like(picture)  # a dask or zarr array stays one: each tile reads its own part
         kind = image_kind(array, rgb)
