@@ -238,7 +238,9 @@ def banded_cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]]) -> np.nda
     boundary[:-1] |= coarse[:-1] != coarse[1:]
     boundary[1:] |= coarse[:-1] != coarse[1:]
     band = ndimage.binary_dilation(boundary, iterations=BAND_BLOCKS) if boundary.any() else boundary
-    up = lambda a: np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)[:h, :w]  # noqa: E731
+    def up(a: np.ndarray) -> np.ndarray:  # (hc, wc) -> (h, w), each coarse pixel over its 2 x 2
+        return np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)[:h, :w]
+
     label, free = up(coarse), up(band)
     source = np.where(free, unary[0, ..., 1], np.where(label, 0.0, FIXED_COST))
     sink = np.where(free, unary[0, ..., 0], np.where(label, FIXED_COST, 0.0))
