@@ -225,6 +225,9 @@ def test_large_pictures_are_segmented_in_tiles_that_agree_with_the_whole(monkeyp
     assert np.array_equal(lean.labels, whole.labels)
     assert np.allclose(lean.mean_posterior(), whole.mean_posterior(), atol=1e-6)
     assert np.all((whole.mean_posterior() > 0.5) & (whole.mean_posterior() <= 1.0))
+    da = pytest.importorskip("dask.array")
+    lazy = da.from_array(big, chunks=(64, 64, 3))  # sliced tile by tile, never read whole
+    assert np.array_equal(forest.segment(lazy, maps=False).labels, whole.labels)
 
 
 def test_a_picture_too_large_for_maps_segments_when_only_labels_are_written(folder, tmp_path, monkeypatch):

@@ -24,10 +24,14 @@ class Level:
     translate: np.ndarray
     rgb: bool
 
+    def data(self, layer: ImageLayer):
+        """The level's pixels as the layer holds them (a dask or zarr array is not read: a saved model segments a
+        large picture tile by tile from it)."""
+        return layer.data[self.level] if layer.multiscale else layer.data
+
     def array(self, layer: ImageLayer) -> np.ndarray:
         """The level's pixels in memory (a dask or zarr array is read here)."""
-        data = layer.data[self.level] if layer.multiscale else layer.data
-        return np.asarray(data)
+        return np.asarray(self.data(layer))
 
 
 def level_of(layer: ImageLayer, max_pixels: int | None = None) -> Level:

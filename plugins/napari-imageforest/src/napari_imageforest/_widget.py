@@ -63,11 +63,11 @@ def _camera(viewer):
 
 
 def _segment_layer(model: SegmentationForest, layer: ImageLayer) -> np.ndarray:
-    """Labels of a layer by a saved model: a picture or volume of the model's kind, or every frame of a stack of
-    pictures."""
-    data, rgb, _ = _spatial(layer)
+    """Labels of a layer (its full resolution) by a saved model: a picture or volume of the model's kind, or every
+    frame of a stack of pictures. A large dask- or zarr-backed picture is read tile by tile as it is segmented."""
+    data, rgb = level_of(layer).data(layer), bool(layer.rgb)
     if model.image_kind_ != "volume" and data.ndim - (1 if rgb else 0) == 3:
-        return model.segment_frames(data, rgb=rgb)
+        return model.segment_frames(np.asarray(data), rgb=rgb)
     return model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
                          rgb=rgb if data.ndim == 3 else None, maps=False).labels
 
@@ -512,7 +512,7 @@ class SegmentationWidget(QWidget):
         except ImageForestError as exc:
             self._error(exc)
             return
-        data, rgb, _ = _spatial(layer)
+        data, rgb = level_of(layer).data(layer), bool(layer.rgb)  # read in the worker, not here
         n_spatial = data.ndim - (1 if rgb else 0)
         stack = model.image_kind_ != "volume" and n_spatial == 3
 
@@ -523,7 +523,7 @@ class SegmentationWidget(QWidget):
                 return seg.labels
             frames = []
             for k in range(data.shape[0]):
-                frames.append(model.segment_frames(data[k:k + 1], rgb=rgb)[0])
+                frames.append(model.segment_frames(np.asarray(data[k:k + 1]), rgb=rgb)[0])
                 yield k + 1
             return np.stack(frames)
 
