@@ -63,21 +63,18 @@ def read_segmentation_image(path: str | os.PathLike, tiled: bool = False, labels
         from imageforest.imaging.ome_zarr import read_ome_zarr
 
         image = read_ome_zarr(path, max(limit, MAX_LAZY_PIXELS), lazy=True)
-        if image.ndim == 2:
-            return image
-        image.array = np.asarray(image.array)  # a volume is segmented whole: read it, within the usual limit
-        if image.array.size > limit:
-            raise InvalidInputError(f"{path}: a volume of {image.array.size:,} voxels; at most {limit:,} "
-                                    "(IMAGEFOREST_MAX_PIXELS raises the limit)")
-        return image
-    largest = MAX_LABEL_PIXELS if labels_only else MAX_APPLY_PIXELS
-    image = read_image(path, max(limit, largest) if tiled else limit)
-    if image.array.ndim == 4 or (image.ndim == 3 and image.array.ndim != 3):
-        raise InvalidInputError(f"{path}: a {image.array.ndim}-D image with shape {image.array.shape}; segmentation "
+    else:
+        largest = MAX_LABEL_PIXELS if labels_only else MAX_APPLY_PIXELS
+        image = read_image(path, max(limit, largest) if tiled else limit)
+    shape = image.array.shape
+    if len(shape) == 4 or (image.ndim == 3 and len(shape) != 3):
+        raise InvalidInputError(f"{path}: a {len(shape)}-D image with shape {shape}; segmentation "
                                 "takes 2-D pictures and 3-D volumes")
-    if image.ndim == 3 and image.array.size > limit:  # volumes are segmented whole
-        raise InvalidInputError(f"{path}: a volume of {image.array.size:,} voxels; at most {limit:,} "
+    if image.ndim == 3 and int(np.prod(shape)) > limit:  # volumes are segmented whole
+        raise InvalidInputError(f"{path}: a volume of {int(np.prod(shape)):,} voxels; at most {limit:,} "
                                 "(IMAGEFOREST_MAX_PIXELS raises the limit)")
+    if image.ndim == 3 and not isinstance(image.array, np.ndarray):
+        image.array = np.asarray(image.array)  # a volume opened chunk by chunk: read whole, now that it fits
     return image
 
 

@@ -107,6 +107,14 @@ def graph_cut(posterior: np.ndarray, guide: np.ndarray, spacing: np.ndarray, smo
     return _cut(unary, edges, labels, sweeps, banded)
 
 
+def _per_axis(edges: list[tuple[int, np.ndarray]]) -> list[np.ndarray | None]:
+    """`contrast_weights` edges as `grid_min_cut` takes them: one entry per axis (z, y, x), None without edges."""
+    out: list[np.ndarray | None] = [None, None, None]
+    for axis, w in edges:
+        out[axis] = w
+    return out
+
+
 def _crop_edges(edges: list[tuple[int, np.ndarray]], box: tuple[slice, ...]) -> list[tuple[int, np.ndarray]]:
     """The edges inside `box`: weights of edges leaving it (its last slice along each axis) set to 0."""
     out = []
@@ -147,9 +155,7 @@ def _cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]], labels: np.ndar
     if K == 2 and banded and unary.shape[0] == 1 and min(unary.shape[1:3]) >= 2 * BAND_BLOCKS:
         return banded_cut(unary, edges).astype(np.int32)
     if K == 2:
-        weights: list[np.ndarray | None] = [None, None, None]
-        for axis, w in edges:
-            weights[axis] = w
+        weights = _per_axis(edges)
         sink_side, _ = grid_min_cut(unary[..., 1], unary[..., 0], weights, weights)  # sink side = class 1
         return sink_side.astype(np.int32)
     best = energy(labels, unary, edges)
@@ -244,8 +250,6 @@ def banded_cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]]) -> np.nda
     label, free = up(coarse), up(band)
     source = np.where(free, unary[0, ..., 1], np.where(label, 0.0, FIXED_COST))
     sink = np.where(free, unary[0, ..., 0], np.where(label, FIXED_COST, 0.0))
-    fine = [None, None, None]
-    for axis, wt in edges:
-        fine[axis] = wt
+    fine = _per_axis(edges)
     out, _ = grid_min_cut(source[None], sink[None], fine, fine)
     return out
