@@ -63,6 +63,17 @@ def mosaic(pictures: list[Path], side: int) -> np.ndarray:
     return out
 
 
+def grow_model(data: Path, picture: Path, work: Path) -> Path:
+    """The model both large-picture benchmarks apply: `imageforest segment --save-model` on `picture` (a GrabCut
+    picture, saved as PNG in `work`) with its set-2 scribbles; its path in `work`."""
+    PILImage.open(picture).convert("RGB").save(work / "train.png")
+    model = work / "m.npz"
+    child([sys.executable, "-m", "imageforest.cli", "segment", str(work / "train.png"), "--scribbles",
+           str(data / "scribbles-set-2" / f"{picture.stem}.png"), "-o", str(work / "train_mask.png"),
+           "--save-model", str(model)])
+    return model
+
+
 WHOLE = ("import sys, numpy as np; from PIL import Image; Image.MAX_IMAGE_PIXELS = None\n"
          "from imageforest.apps.segment import SegmentationForest, prepare\n"
          "m = SegmentationForest.load(sys.argv[1]); a = np.asarray(Image.open(sys.argv[2]).convert('RGB'))\n"
@@ -80,12 +91,7 @@ def main() -> None:
     pictures = sorted(Path(p) for p in glob.glob(str(args.data / "images" / "*.jpg")))
     work = Path(tempfile.mkdtemp(prefix="segment_scale_"))
     try:
-        name = pictures[0].stem
-        PILImage.open(pictures[0]).convert("RGB").save(work / "train.png")
-        model = work / "m.npz"
-        child([*exe, "segment", str(work / "train.png"), "--scribbles",
-               str(args.data / "scribbles-set-2" / f"{name}.png"), "-o", str(work / "train_mask.png"),
-               "--save-model", str(model)])
+        model = grow_model(args.data, pictures[0], work)
         big = work / "big.png"
         PILImage.fromarray(mosaic(pictures, args.side)).save(big, compress_level=1)
         print(f"large picture {args.side} x {args.side} RGB ({big.stat().st_size / 1e6:.0f} MB PNG)", flush=True)

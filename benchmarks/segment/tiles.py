@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,9 @@ from PIL import Image as PILImage
 from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import grow_model  # the model scale.py applies
+
 from benchmarks._measure import rss_bytes
 from imageforest.apps.segment import SegmentationForest, prepare
 from imageforest.apps.segment.features import Tile
@@ -82,14 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     pictures = sorted(Path(p) for p in glob.glob(str(args.data / "images" / "*.jpg")))
     with tempfile.TemporaryDirectory() as work:
-        train = Path(work) / "train.png"
-        PILImage.open(pictures[0]).convert("RGB").save(train)
-        model_path = Path(work) / "m.npz"
-        subprocess.run([sys.executable, "-m", "imageforest.cli", "segment", str(train), "--scribbles",
-                        str(args.data / "scribbles-set-2" / f"{pictures[0].stem}.png"), "-o",
-                        str(Path(work) / "mask.png"), "--save-model", str(model_path)], check=True,
-                       capture_output=True)
-        model = SegmentationForest.load(model_path)
+        model = SegmentationForest.load(grow_model(args.data, pictures[0], Path(work)))
     tiles = [np.asarray(PILImage.open(p).convert("RGB").resize((args.side, args.side)))
              for p in pictures[1:1 + args.tiles]]
     where = Tile((0, 0), (10 * args.side, 10 * args.side), None)
