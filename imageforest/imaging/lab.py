@@ -33,45 +33,47 @@ def rgb_to_lab(rgb: np.ndarray, scale: float) -> np.ndarray:
     out = np.empty((h * w, 3), dtype=np.float32)
     matrix = XYZ_FROM_RGB / WHITE_D65[:, None]  # the white point's scaling folded into the matrix
     if flat.dtype == np.uint8:  # 8-bit pictures: the transfer curve of each of the 256 values, once
-        table = _linear(np.arange(256, dtype=np.float64) / float(scale))
+        table = np.array([_linear(k / float(scale)) for k in range(256)])
         run_ranges(_lab_table_range, h * w, flat, table, matrix, out, min_per_thread=1 << 16)
     else:
         run_ranges(_lab_range, h * w, flat, 1.0 / float(scale), matrix, out, min_per_thread=1 << 16)
     return out.reshape(h, w, 3)
 
 
-def _linear(v: np.ndarray) -> np.ndarray:
-    """sRGB values (any shape) clipped to 0-1, with the transfer curve undone."""
-    v = np.clip(v, 0.0, 1.0)
-    return np.where(v > 0.04045, ((v + 0.055) / 1.055) ** 2.4, v / 12.92)
+@njit(nogil=True)
+def _linear(v):  # pragma: no cover - numba
+    """An sRGB value clipped to 0-1, with the transfer curve undone."""
+    v = min(max(v, 0.0), 1.0)
+    return ((v + 0.055) / 1.055) ** 2.4 if v > 0.04045 else v / 12.92
+
+
+@njit(nogil=True)
+def _cie_f(t):  # pragma: no cover - numba
+    """The CIE L*a*b* non-linearity: a cube root, linear below 0.008856."""
+    return np.cbrt(t) if t > 0.008856 else 7.787 * t + 16.0 / 116.0
+
+
+@njit(nogil=True)
+def _store_lab(r, g, b, matrix, out, i):  # pragma: no cover - numba
+    """out[i] = L*a*b* of linear RGB (r, g, b); `matrix` is XYZ_FROM_RGB divided by the white point."""
+    fx = _cie_f(matrix[0, 0] * r + matrix[0, 1] * g + matrix[0, 2] * b)
+    fy = _cie_f(matrix[1, 0] * r + matrix[1, 1] * g + matrix[1, 2] * b)
+    fz = _cie_f(matrix[2, 0] * r + matrix[2, 1] * g + matrix[2, 2] * b)
+    out[i, 0] = 116.0 * fy - 16.0
+    out[i, 1] = 500.0 * (fx - fy)
+    out[i, 2] = 200.0 * (fy - fz)
 
 
 @njit(nogil=True)
 def _lab_table_range(i0, i1, rgb, table, matrix, out):  # pragma: no cover - numba
     """Rows i0..i1 of out (n, 3) from 8-bit rgb (n, 3) through the linear values `table` (256,)."""
-    f = np.empty(3)
     for i in range(i0, i1):
-        r, g, b = table[rgb[i, 0]], table[rgb[i, 1]], table[rgb[i, 2]]
-        for k in range(3):
-            t = matrix[k, 0] * r + matrix[k, 1] * g + matrix[k, 2] * b
-            f[k] = np.cbrt(t) if t > 0.008856 else 7.787 * t + 16.0 / 116.0
-        out[i, 0] = 116.0 * f[1] - 16.0
-        out[i, 1] = 500.0 * (f[0] - f[1])
-        out[i, 2] = 200.0 * (f[1] - f[2])
+        _store_lab(table[rgb[i, 0]], table[rgb[i, 1]], table[rgb[i, 2]], matrix, out, i)
 
 
 @njit(nogil=True)
 def _lab_range(i0, i1, rgb, inv_scale, matrix, out):  # pragma: no cover - numba
-    """Rows i0..i1 of out (n, 3) from rgb (n, 3)."""
-    linear = np.empty(3)
-    f = np.empty(3)
+    """Rows i0..i1 of out (n, 3) from rgb (n, 3) of any number type."""
     for i in range(i0, i1):
-        for c in range(3):
-            v = min(max(np.float64(rgb[i, c]) * inv_scale, 0.0), 1.0)
-            linear[c] = ((v + 0.055) / 1.055) ** 2.4 if v > 0.04045 else v / 12.92
-        for r in range(3):
-            t = matrix[r, 0] * linear[0] + matrix[r, 1] * linear[1] + matrix[r, 2] * linear[2]
-            f[r] = np.cbrt(t) if t > 0.008856 else 7.787 * t + 16.0 / 116.0
-        out[i, 0] = 116.0 * f[1] - 16.0
-        out[i, 1] = 500.0 * (f[0] - f[1])
-        out[i, 2] = 200.0 * (f[1] - f[2])
+        _store_lab(_linear(np.float64(rgb[i, 0]) * inv_scale), _linear(np.float64(rgb[i, 1]) * inv_scale),
+                   _linear(np.float64(rgb[i, 2]) * inv_scale), matrix, out, i)
