@@ -70,6 +70,14 @@ def grid_min_cut(source: np.ndarray, sink: np.ndarray, forward: list[np.ndarray 
 
 
 @njit(nogil=True)
+def _tree_capacity(residual, side, parent, child, k):  # pragma: no cover - numba
+    """Residual capacity of the edge between `parent` and its neighbour `child` (direction k from parent to child)
+    in the direction flow takes in a tree of `side`: parent to child in the source's tree, child to parent in the
+    sink's."""
+    return residual[parent, k] if side == SOURCE else residual[child, k ^ 1]
+
+
+@njit(nogil=True)
 def _max_flow(residual, terminal, tree, strides, first):  # pragma: no cover - numba
     """Boykov-Kolmogorov max-flow in place: residual (n, 6), terminal (n,) (> 0: residual from the source, < 0: to
     the sink), tree (n,) FREE or WALL on entry, SOURCE / SINK / FREE on exit; directions from `first` on. Returns
@@ -114,10 +122,7 @@ def _max_flow(residual, terminal, tree, strides, first):  # pragma: no cover - n
             q = p + offset[k]
             if tree[q] == WALL:
                 continue
-            if tree[p] == SOURCE:
-                if residual[p, k] <= 0.0:
-                    continue
-            elif residual[q, k ^ 1] <= 0.0:
+            if _tree_capacity(residual, tree[p], p, q, k) <= 0.0:
                 continue
             if tree[q] == FREE:
                 tree[q] = tree[p]
@@ -211,10 +216,7 @@ def _max_flow(residual, terminal, tree, strides, first):  # pragma: no cover - n
                 q = u + offset[k]
                 if tree[q] != side:
                     continue
-                if side == SOURCE:
-                    if residual[q, k ^ 1] <= 0.0:
-                        continue
-                elif residual[u, k] <= 0.0:
+                if _tree_capacity(residual, side, q, u, k ^ 1) <= 0.0:  # q as u's parent
                     continue
                 # does q reach its terminal? walk up, counting steps
                 d = 0
@@ -261,11 +263,7 @@ def _max_flow(residual, terminal, tree, strides, first):  # pragma: no cover - n
                     parent[q] = ORPHAN
                     orphans[n_orphans] = q
                     n_orphans += 1
-                if side == SOURCE:
-                    active = residual[q, k ^ 1] > 0.0
-                else:
-                    active = residual[u, k] > 0.0
-                if active and not queued[q]:
+                if _tree_capacity(residual, side, q, u, k ^ 1) > 0.0 and not queued[q]:
                     queue[(head + count) % n] = q
                     queued[q] = True
                     count += 1
