@@ -101,8 +101,11 @@ def _correlate_axis(src, weights, axis, out):  # pragma: no cover - numba
         acc = np.empty(nx, dtype=np.float32)
         for z in range(nz):
             for y in range(ny):
-                for i in range(nx + 2 * r):
-                    padded[i] = src[z, y, _reflect(i - r, nx)]
+                line = src[z, y]
+                padded[r:r + nx] = line  # a block copy: reflecting every index costs more than a small kernel
+                for i in range(r):
+                    padded[i] = line[_reflect(i - r, nx)]
+                    padded[r + nx + i] = line[_reflect(nx + i, nx)]
                 acc[:] = 0.0
                 for k in range(taps):
                     w = weights[k]

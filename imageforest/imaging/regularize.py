@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from imageforest.imaging.maxflow import grid_min_cut
+from imageforest.kernels import njit
 
 UNARY_FLOOR = 1e-4  # posterior floor: -log caps at 9.2 nats, so no single voxel's evidence is absolute
 FIXED_COST = 1e6  # cost of giving a scribbled voxel another label than its own
@@ -133,7 +134,10 @@ def _uncertain_box(posterior: np.ndarray, fixed: np.ndarray | None) -> tuple[sli
     """The bounding box (grown by `BOX_MARGIN` voxels) of the voxels whose posterior is not all but certain; None
     when every voxel is. Outside it the graph cut keeps the argmax: a volume where most voxels are sure background
     is cut only around the structures in question (a 128^3 CT around its organs)."""
-    unsure = posterior.max(axis=-1) < CERTAIN
+    top = posterior[..., 0].copy()
+    for k in range(1, posterior.shape[-1]):  # class by class: a reduction over a last axis of 2-8 is 5x slower
+        np.maximum(top, posterior[..., k], out=top)
+    unsure = top < CERTAIN
     if fixed is not None:
         unsure &= fixed < 0
     if not unsure.any():
@@ -248,8 +252,57 @@ def banded_cut(unary: np.ndarray, edges: list[tuple[int, np.ndarray]]) -> np.nda
         return np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)[:h, :w]
 
     label, free = up(coarse), up(band)
-    source = np.where(free, unary[0, ..., 1], np.where(label, 0.0, FIXED_COST))
-    sink = np.where(free, unary[0, ..., 0], np.where(label, FIXED_COST, 0.0))
-    fine = _per_axis(edges)
+    # Only the band is cut: a pixel outside it keeps its coarse label, so each edge from the band to such a pixel
+    # becomes a cost on the band pixel's other label, and the pixels outside have no edges nor terminal costs (the
+    # search never visits them). The same cut as with those pixels tied to their labels, in a fraction of the time.
+    source = np.empty((h, w))
+    sink = np.empty((h, w))
+    along_y = np.empty((h, w))
+    along_x = np.empty((h, w))
+    _band_graph(unary[0, ..., 1], unary[0, ..., 0], weight[1][:h, :w], weight[2][:h, :w], label, free, source, sink,
+                along_y, along_x)
+    fine = [None, along_y[None], along_x[None]]
     out, _ = grid_min_cut(source[None], sink[None], fine, fine)
-    return out
+    return np.where(free, out[0], label)[None]
+
+
+@njit(nogil=True)
+def _band_graph(cost_true, cost_false, weight_y, weight_x, label, free, source, sink, along_y,
+                along_x):  # pragma: no cover - numba
+    """The graph of a banded cut's band, (h, w) arrays: terminal capacities (`source`: the cost of True, `sink`:
+    of False) and the edges to the next row (`along_y`) and column (`along_x`) between band pixels; an edge from a
+    band pixel to a fixed one (`free` False, its label `label`) is added to the band pixel's cost of the other
+    label."""
+    h, w = label.shape
+    for i in range(h):
+        for j in range(w):
+            if free[i, j]:
+                source[i, j] = cost_true[i, j]
+                sink[i, j] = cost_false[i, j]
+            else:
+                source[i, j] = 0.0
+                sink[i, j] = 0.0
+            along_y[i, j] = 0.0
+            along_x[i, j] = 0.0
+    for i in range(h):
+        for j in range(w):
+            for di, dj in ((1, 0), (0, 1)):
+                a, b = i + di, j + dj
+                if a >= h or b >= w:
+                    continue
+                wt = weight_y[i, j] if di == 1 else weight_x[i, j]
+                if free[i, j] and free[a, b]:
+                    if di == 1:
+                        along_y[i, j] = wt
+                    else:
+                        along_x[i, j] = wt
+                elif free[i, j]:
+                    if label[a, b]:
+                        sink[i, j] += wt
+                    else:
+                        source[i, j] += wt
+                elif free[a, b]:
+                    if label[i, j]:
+                        sink[a, b] += wt
+                    else:
+                        source[a, b] += wt
