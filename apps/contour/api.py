@@ -54,9 +54,23 @@ def check_localizer(model: OrganContourer, localizer) -> None:
 
 def localized_boxes(model: OrganContourer, localizer, scan: Image) -> np.ndarray:
     """The localizer's boxes (n_organs, 6) mm for the contourer's organs, NaN rows for absent organs."""
+    return localized(model, localizer, scan)[0]
+
+
+def localized(model: OrganContourer, localizer, scan: Image) -> tuple[np.ndarray, np.ndarray]:
+    """The localizer's boxes (n_organs, 6) mm for the contourer's organs (NaN rows for absent organs) and its
+    evidence (n_organs, 2): each organ's presence probability and mean wall spread in mm (NaN without a spread),
+    which the contourer's absence check reads."""
     check_localizer(model, localizer)
-    found = localizer.localize(scan).boxes()
-    return np.array([found[localizer.organs.index(o)] for o in model.organs])
+    found = localizer.localize(scan)
+    boxes = found.boxes()
+    rows = [localizer.organs.index(o) for o in model.organs]
+    evidence = np.full((len(rows), 2), np.nan)
+    for i, j in enumerate(rows):
+        organ = found.organs[j]
+        spread = np.asarray(organ.box_std_mm, dtype=np.float64)
+        evidence[i] = (float(organ.probability), float(np.nanmean(spread)) if np.isfinite(spread).any() else np.nan)
+    return boxes[rows], evidence
 
 
 def working_scan(model: OrganContourer, scan: Image) -> Image:
@@ -106,9 +120,9 @@ def contour_scan(scan: Image, model: OrganContourer, localizer=None, posterior: 
         localizer = load_localizer()
     t0 = time.perf_counter()
     work = working_scan(model, scan)
-    boxes = localized_boxes(model, localizer, work)
+    boxes, evidence = localized(model, localizer, work)
     t1 = time.perf_counter()
-    contours = back_to_scan(model.contour(work, boxes), work, scan, posterior)
+    contours = back_to_scan(model.contour(work, boxes, evidence), work, scan, posterior)
     t2 = time.perf_counter()
     return contours, {"localize": t1 - t0, "contour": t2 - t1}
 

@@ -165,6 +165,18 @@ class OrganContourer(EntangledForest):
         gland that is not the organ, found in a box the localizer placed on a slab that misses the organ, is
         much smaller than the organ; an organ cut by the scan's edge expects fewer voxels too, so it is kept.
         0 turns the check off; it needs the box atlas.
+    absence_logit : None or 5 floats (b, a_voxels, a_posterior, a_probability, a_spread)
+        A learned check of organs that got voxels, when the caller gives the localizer's evidence (`contour(...,
+        evidence=...)`; `imageforest contour` does): the organ is reported absent, its voxels cleared, when
+        sigmoid(b + a_voxels ln(n / expected + 0.001) + a_posterior m + a_probability p + a_spread s) exceeds
+        `absence_threshold`, n being its voxels, `expected` the count its box atlas expects inside the scan (as
+        for `min_expected_share`), m its mean posterior share, p the localizer's presence probability and s the
+        localizer's mean wall spread (mm). A logistic regression fitted on head and neck slabs of scans that
+        neither the forest nor the localizer saw (`benchmarks/contour/presence.py`): on a slab cut below the
+        parotids the localizer still finds them, less sure and with scattered votes, on a smaller gland. None
+        turns the check off.
+    absence_threshold : float
+        The absence probability above which `absence_logit` clears an organ.
     prior_maps : bool
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
@@ -183,12 +195,13 @@ class OrganContourer(EntangledForest):
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
         "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0),
-        "min_expected_share": Real(0.0, 1.0)}
+        "min_expected_share": Real(0.0, 1.0), "absence_logit": Anything(), "absence_threshold": Real(0.0, 1.0)}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
                  posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.05,
+                 absence_logit=(18.6, -0.9903, -6.228, -28.54, 0.4786), absence_threshold: float = 0.95,
                  n_trees: int = 8, max_depth: int = 16,
                  entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
                  criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
@@ -216,6 +229,8 @@ class OrganContourer(EntangledForest):
         self.posterior_smoothing_mm = posterior_smoothing_mm
         self.cut_smoothness = cut_smoothness
         self.min_expected_share = min_expected_share
+        self.absence_logit = absence_logit
+        self.absence_threshold = absence_threshold
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -225,7 +240,8 @@ class OrganContourer(EntangledForest):
         hyper.setdefault("prior_maps", False)
         hyper.setdefault("cut_smoothness", 0.0)
         hyper.setdefault("min_expected_share", 0.0)
-        for key in ("background_scale", "prior_weight", "cut_smoothness"):
+        hyper.setdefault("absence_logit", None)
+        for key in ("background_scale", "prior_weight", "cut_smoothness", "absence_logit"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
         return super().from_hyper_parameters(hyper, meta)
@@ -245,6 +261,7 @@ class OrganContourer(EntangledForest):
         self._per_organ(self.background_scale, "background_scale")
         self._per_organ(self.prior_weight, "prior_weight")
         self._per_organ(self.cut_smoothness, "cut_smoothness")
+        self._absence_logit()
         atlas = arrays.get("prior.atlas")
         if atlas is not None:
             shape = (len(self.organs), *(int(self.atlas_bins),) * 3)
@@ -392,17 +409,31 @@ class OrganContourer(EntangledForest):
             raise InvalidInputError(f"{name}: give one value or one per organ ({len(self.organs)}), got {len(value)}")
         return out
 
+    def _absence_logit(self) -> np.ndarray | None:
+        """`absence_logit` as (5,) float, None when off."""
+        if self.absence_logit is None:
+            return None
+        try:
+            logit = np.asarray(self.absence_logit, dtype=np.float64)
+        except (TypeError, ValueError):
+            logit = None
+        if logit is None or logit.shape != (5,) or not np.all(np.isfinite(logit)):
+            raise InvalidInputError(f"absence_logit: give None or 5 finite numbers, got {self.absence_logit!r}")
+        return logit
+
     def _labels(self, forest_post: np.ndarray, scan: Image, crop: Image, bounds: np.ndarray, boxes: np.ndarray,
-                mask: np.ndarray, prior: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                mask: np.ndarray, prior: np.ndarray | None = None,
+                evidence: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Labels of the crop (z, y, x) uint8 and the weighed posteriors (K, z, y, x) from the forest's: each organ
         inside its widened box, times the box atlas (`prior`, when the caller has read it already), divided by its
         background scale; arg-max, each organ's graph cut where `cut_smoothness` asks for one, then each organ's
-        largest component; organs far smaller than their atlas expects are dropped (`min_expected_share`)."""
+        largest component; organs far smaller than their atlas expects are dropped (`min_expected_share`), and
+        with the localizer's `evidence` those the absence check calls absent (`absence_logit`)."""
         post = forest_post.copy()
         near = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= near
         weight = self._per_organ(self.prior_weight, "prior_weight")
-        if prior is None and (np.any(weight > 0) or self.min_expected_share > 0):
+        if prior is None and (np.any(weight > 0) or self.min_expected_share > 0 or self.absence_logit is not None):
             prior = self.box_prior(crop, boxes)
         if prior is not None:
             post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
@@ -421,18 +452,24 @@ class OrganContourer(EntangledForest):
             crop_labels = keep_largest(crop_labels, len(self.organs))
         if self.min_expected_share > 0 and prior is not None:
             drop_unexpected(crop_labels, prior, float(self.min_expected_share))
+        logit = self._absence_logit()
+        if logit is not None and evidence is not None and prior is not None:
+            share = post[1:] / np.maximum(post.sum(axis=0), 1e-12)
+            drop_unlikely(crop_labels, share, prior, evidence, logit, float(self.absence_threshold))
         return crop_labels, post
 
     def _name(self, label: int) -> str:
         return "background" if label == 0 else self.organs[label - 1]
 
     # -- contouring ---------------------------------------------------------------------------------------
-    def contour(self, scan: Image, boxes: np.ndarray) -> Contours:
+    def contour(self, scan: Image, boxes: np.ndarray, evidence: np.ndarray | None = None) -> Contours:
         """Contours of `scan` given its organs' boxes (n_organs, 6) mm in the model's organ order (NaN rows:
-        absent organs, which get no voxels)."""
-        return self.labels_from_posteriors(*self.forest_posteriors(scan, boxes))
+        absent organs, which get no voxels) and, optionally, the localizer's `evidence` (n_organs, 2): each organ's
+        presence probability and mean wall spread in mm, which the absence check reads (`absence_logit`)."""
+        return self.labels_from_posteriors(*self.forest_posteriors(scan, boxes, evidence))
 
-    def forest_posteriors(self, scan: Image, boxes: np.ndarray) -> tuple[np.ndarray | None, _Region]:
+    def forest_posteriors(self, scan: Image, boxes: np.ndarray,
+                          evidence: np.ndarray | None = None) -> tuple[np.ndarray | None, _Region]:
         """The forest's step of `contour`: its posteriors (K, z, y, x) over the crop around the boxes' region
         (None when no organ is present) and the region they belong to. The settings applied after the forest
         (smoothing, atlas weight, background scale, cut) act in `labels_from_posteriors`, so a caller may try
@@ -441,6 +478,11 @@ class OrganContourer(EntangledForest):
         boxes = np.asarray(boxes, dtype=np.float64)
         if boxes.shape != (len(self.organs), 6):
             raise InvalidInputError(f"give one box per organ of the model ({len(self.organs)} x 6), got {boxes.shape}")
+        if evidence is not None:
+            evidence = np.asarray(evidence, dtype=np.float64)
+            if evidence.shape != (len(self.organs), 2):
+                raise InvalidInputError(f"give the localizer's evidence as one (probability, spread) row per organ "
+                                        f"({len(self.organs)} x 2), got {evidence.shape}")
         region = region_bounds(scan, boxes, self.margin_mm)
         if region is None:
             return None, _Region(scan, boxes, None, None, None, None, None)
@@ -449,7 +491,7 @@ class OrganContourer(EntangledForest):
         mask = self._region_mask(bounds, region)
         prior = self.box_prior(crop, boxes) if self.prior_maps else None
         forest_post = np.moveaxis(self.predict_proba_image(crop, mask, prior).array, -1, 0)  # (K, z, y, x)
-        return forest_post, _Region(scan, boxes, region, bounds, crop, mask, prior)
+        return forest_post, _Region(scan, boxes, region, bounds, crop, mask, prior, evidence)
 
     def labels_from_posteriors(self, forest_post: np.ndarray | None, where: _Region) -> Contours:
         """The contours from the forest's posteriors of `forest_posteriors`."""
@@ -464,7 +506,7 @@ class OrganContourer(EntangledForest):
         if float(self.posterior_smoothing_mm) > 0:
             sigma = float(self.posterior_smoothing_mm) / crop.spacing[::-1]
             forest_post = smooth_posteriors(forest_post, mask, sigma)
-        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask, where.prior)
+        crop_labels, post = self._labels(forest_post, scan, crop, bounds, boxes, mask, where.prior, where.evidence)
         x0, x1, y0, y1, z0, z1 = (int(v) for v in bounds)
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
@@ -480,7 +522,7 @@ class OrganContourer(EntangledForest):
 class _Region:
     """Where one scan's forest ran: the scan, its boxes (n_organs, 6) mm, the region's and the crop's inclusive
     voxel bounds (6,), the crop, the region's mask on it (z, y, x) and the atlas read there (or None); all but the
-    scan and the boxes None when no organ is present."""
+    scan and the boxes None when no organ is present; and the localizer's evidence (n_organs, 2) or None."""
 
     scan: Image
     boxes: np.ndarray
@@ -489,6 +531,7 @@ class _Region:
     crop: Image | None
     mask: np.ndarray | None
     prior: np.ndarray | None
+    evidence: np.ndarray | None = None
 
 
 class _AtlasPriors:
@@ -546,6 +589,24 @@ def drop_unexpected(labels: np.ndarray, prior: np.ndarray, share: float) -> None
     expected = prior.reshape(len(prior), -1).sum(axis=1, dtype=np.float64)
     for k in np.flatnonzero((counts > 0) & (counts < share * expected)):
         labels[labels == k + 1] = 0
+
+
+def drop_unlikely(labels: np.ndarray, share: np.ndarray, prior: np.ndarray, evidence: np.ndarray,
+                  logit: np.ndarray, threshold: float) -> None:
+    """Clear, in place, each organ k + 1 of `labels` (z, y, x) whose absence probability under `logit` (see
+    `OrganContourer`'s `absence_logit`) exceeds `threshold`: from its voxel count against the sum of its atlas map
+    `prior[k]`, its mean posterior share `share[k]` over its voxels, and the localizer's `evidence[k]`
+    (presence probability, mean wall spread in mm)."""
+    counts = np.bincount(labels.ravel(), minlength=len(prior) + 1)[1:]
+    expected = prior.reshape(len(prior), -1).sum(axis=1, dtype=np.float64)
+    for k in np.flatnonzero(counts > 0):
+        if not np.all(np.isfinite(evidence[k])):
+            continue
+        voxels = labels == k + 1
+        z = (logit[0] + logit[1] * np.log(counts[k] / max(expected[k], 1e-6) + 1e-3)
+             + logit[2] * float(share[k][voxels].mean()) + logit[3] * evidence[k, 0] + logit[4] * evidence[k, 1])
+        if 1.0 / (1.0 + np.exp(-z)) > threshold:
+            labels[voxels] = 0
 
 
 def keep_largest(labels: np.ndarray, n_organs: int) -> np.ndarray:

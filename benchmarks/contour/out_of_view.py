@@ -15,9 +15,10 @@ scans are contoured too (mean Dice per organ, whole scan), to show what a settin
 folds after the first 80 (those a fold-0 forest grown with `--train-cases 80` never saw), where settings are chosen.
 `--shares` scores each value of the contourer's `min_expected_share` on one run of the forest per slab;
 `--recipe-settings` gives a model file (a cross-validation fold's forest) the recipe's settings that act after the
-forest, as the shipped model has them. Boxes come
-from the shipped localizer, which was trained on all 203 scans: its presence figures are in-sample (its
-cross-validated presence on slabs is in its README).
+forest, as the shipped model has them. Boxes (and the evidence the absence check reads) come
+from the shipped localizer, which was trained on all 203 scans, so its presence figures are in-sample (its
+cross-validated presence on slabs is in its README), or from `--localizer` (e.g. one trained on the fold's
+training scans, as `presence.py` trains it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.contour.cross_validate import AFTER_THE_FOREST
-from imageforest.apps.contour.api import load_contourer, localized_boxes, working_scan
+from imageforest.apps.contour.api import load_contourer, localized, working_scan
 from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
 from imageforest.imaging.ct import read_scan
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--cases", type=int, default=40)
     ap.add_argument("--model", default=None, help="a contour model file (default: the shipped one)")
+    ap.add_argument("--localizer", default=None, help="a localizer model file (default: the shipped one)")
     ap.add_argument("--split", choices=("test", "validation"), default="test")
     ap.add_argument("--shares", default=None, help="min_expected_share values to score (default: the model's)")
     ap.add_argument("--full", action="store_true", help="also contour the whole scans")
@@ -65,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     cases, organs = openkbp_cases(args.data)
     use = split_cases(cases, args.split, args.cases)
-    model, localizer = load_contourer(args.model), load_localizer()
+    model, localizer = load_contourer(args.model), load_localizer(args.localizer)
     if args.recipe_settings:
         recipe = recipe_for(model.organs)
         for key in AFTER_THE_FOREST:
@@ -86,7 +88,7 @@ def main() -> None:
             work = working_scan(model, part)
             if work is not part:
                 raise SystemExit(f"{case.name}: finer than the model's grid; this benchmark contours on the scan's")
-            run = model.forest_posteriors(work, localized_boxes(model, localizer, work))
+            run = model.forest_posteriors(work, *localized(model, localizer, work))
             for share in shares:
                 model.min_expected_share = share
                 got = model.labels_from_posteriors(*run).labels.array

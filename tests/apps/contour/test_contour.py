@@ -489,3 +489,49 @@ def test_min_expected_share_reports_small_organs_absent(trained, tmp_path):
     with pytest.raises(InvalidInputError, match="min_expected_share"):
         OrganContourer(ORGANS, **{**SMALL, "min_expected_share": 2.0}).fit_scans(
             [c[0] for c in cases[:2]], [np.asarray(c[1].array) for c in cases[:2]], [c[2] for c in cases[:2]])
+
+
+def test_absence_check_clears_the_organs_its_logistic_calls_absent(trained, tmp_path):
+    """With the localizer's evidence, an organ whose absence probability passes the threshold loses its voxels;
+    without evidence, or with the check off, the contours are as before; the setting is saved and checked."""
+    _, model, cases = trained
+    ct, _, boxes = cases[4]
+    plain = model.contour(ct, boxes).labels.array
+    present = [k for k in range(len(ORGANS)) if (plain == k + 1).any()]
+    assert len(present) >= 3
+    checked = OrganContourer(ORGANS, **SMALL)
+    checked.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    # absent when the localizer's probability is under 0.5 (steep logistic); organ 0 sure, the others not
+    checked.absence_logit = (50.0, 0.0, 0.0, -100.0, 0.0)
+    evidence = np.column_stack([np.full(len(ORGANS), 0.3), np.full(len(ORGANS), 5.0)])
+    evidence[present[0], 0] = 0.9
+    evidence[present[1], 0] = np.nan  # no evidence for this organ: it is not judged
+    got = checked.contour(ct, boxes, evidence).labels.array
+    for k in range(len(ORGANS)):
+        keep = k in (present[0], present[1])
+        assert np.array_equal(got == k + 1, (plain == k + 1) if keep else np.zeros_like(plain, bool)), k
+    assert np.array_equal(checked.contour(ct, boxes).labels.array, plain)  # no evidence: no check
+    checked.absence_logit = None
+    assert np.array_equal(checked.contour(ct, boxes, evidence).labels.array, plain)
+    # the voxel count against the atlas's: a bar between two organs' ratios clears the organs below it
+    _, where = model.forest_posteriors(ct, boxes)
+    counts = np.bincount(plain.ravel(), minlength=len(ORGANS) + 1)[1:]
+    ratio = counts / model.box_prior(where.crop, boxes).reshape(len(ORGANS), -1).sum(axis=1)
+    bar = float(np.mean(np.sort(ratio[present])[:2]))  # between the two smallest
+    checked.absence_logit = (100.0 * np.log(bar + 1e-3), -100.0, 0.0, 0.0, 0.0)
+    checked.absence_threshold = 0.5
+    got = checked.contour(ct, boxes, np.column_stack([np.ones(len(ORGANS)), np.zeros(len(ORGANS))])).labels.array
+    for k in present:
+        assert (got == k + 1).any() == (ratio[k] > bar), (k, ratio[k], bar)
+    checked.absence_logit = (0.0, -100.0, 0.0, 0.0, 0.0)
+    checked.model_card_ = {"name": "checked", "version": "0"}
+    checked.save(tmp_path / "checked.npz")
+    loaded = OrganContourer.load(tmp_path / "checked.npz")
+    assert loaded.absence_logit == (0.0, -100.0, 0.0, 0.0, 0.0) and loaded.absence_threshold == 0.5
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).absence_logit is None
+    checked.absence_logit = (1.0, 2.0)
+    with pytest.raises(InvalidInputError, match="absence_logit"):
+        checked.contour(ct, boxes, evidence)
+    checked.absence_logit = None
+    with pytest.raises(InvalidInputError, match="evidence"):
+        checked.contour(ct, boxes, evidence[:2])
