@@ -188,7 +188,11 @@ class SegmentationForest(ClassificationForest):
     def pixel_posterior(self, prepared: PreparedImage) -> np.ndarray:
         """(n_voxels, K) forest posterior of every voxel."""
         self.check_image(prepared)
-        return self.predict_proba(prepared.features)
+        features = prepared.features
+        if (features.dtype == np.float32 and features.flags.c_contiguous and features.ndim == 2
+                and features.shape[1] == self.n_features_in_):  # `prepare` built them from a finite image
+            return self._posterior_of_checked(features)
+        return self.predict_proba(features)
 
     def segment(self, image, spacing=None, rgb: bool | None = None, maps: bool = True) -> Segmentation:
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut. Pictures of

@@ -231,7 +231,11 @@ class ClassificationForest(BaseForest):
 
     def predict_proba(self, X) -> np.ndarray:
         """Forest posterior p(c | v), shape (n_samples, n_classes), columns in the order of `classes_`."""
-        X = self._checked_input(X)
+        return self._posterior_of_checked(self._checked_input(X))
+
+    def _posterior_of_checked(self, X: np.ndarray) -> np.ndarray:
+        """`predict_proba` of inputs already checked: float32, C-contiguous, finite, (n, n_features_in_) (a caller
+        that built them, e.g. from an image it checked, spares a pass over a matrix of hundreds of MB)."""
         if self.posterior == "average":
             with numba_threads(self.n_jobs):
                 return self.family_.leaf_average(X, self.forest_, self.leaf_posterior_)

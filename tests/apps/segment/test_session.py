@@ -302,8 +302,9 @@ def test_after_a_stroke_the_forest_is_applied_where_its_answer_may_move(monkeypa
     scr = first.copy()
     scr[20, 55:60, 5:40] = 2  # the next background stroke
     rows = []
-    real = SegmentationForest.predict_proba
-    monkeypatch.setattr(SegmentationForest, "predict_proba", lambda self, x: rows.append(len(x)) or real(self, x))
+    real = SegmentationForest._posterior_of_checked
+    monkeypatch.setattr(SegmentationForest, "_posterior_of_checked",
+                        lambda self, x: rows.append(len(x)) or real(self, x))
     session = SegmentationSession(vol)
     session.set_scribbles(first)
     session.update()
