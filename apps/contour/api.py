@@ -138,6 +138,11 @@ def contour_file(path: str | Path, model: OrganContourer, localizer=None, organs
     timing = {"read": t1 - t0, **timing, "total": time.perf_counter() - t0}
     document = contour_json(contours, scan, str(path), model, timing, organs)
     document["warnings"] = scan_warnings(scan)
+    emptied = [row["name"] for row in document["organs"]
+               if not row["present"] and contours.present[model.organs.index(row["name"])]]
+    if emptied:
+        document["warnings"].append(f"{', '.join(emptied)}: boxed by the localizer but given no voxels, judged absent "
+                                    f"(too few voxels for the box, or the absence check): review the field of view")
     if not any(o["present"] for o in document["organs"]):
         document["warnings"].append(f"none of the model's {len(model.organs)} organs was found: the scan may show "
                                     f"none of the anatomy the model knows ({', '.join(model.organs)})")

@@ -535,3 +535,19 @@ def test_absence_check_clears_the_organs_its_logistic_calls_absent(trained, tmp_
     checked.absence_logit = None
     with pytest.raises(InvalidInputError, match="evidence"):
         checked.contour(ct, boxes, evidence[:2])
+
+
+def test_the_json_warns_of_organs_the_localizer_boxed_but_the_contour_emptied(trained):
+    from imageforest.apps.contour.api import contour_file
+
+    root, model, _ = trained
+    found, contours, _ = contour_file(root / "scan.nii.gz", model, posterior=False)
+    boxed = [name for name, p in zip(ORGANS, contours.present, strict=True) if p]
+    assert boxed and not any("boxed by the localizer" in w for w in found["warnings"])
+    sure_absent = OrganContourer(ORGANS, **SMALL)
+    sure_absent.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    sure_absent.absence_logit = (100.0, 0.0, 0.0, 0.0, 0.0)  # every organ with voxels called absent
+    doc, contours, _ = contour_file(root / "scan.nii.gz", sure_absent, posterior=False)
+    assert not contours.labels.array.any() and not any(o["present"] for o in doc["organs"])
+    warning = next(w for w in doc["warnings"] if "boxed by the localizer" in w)
+    assert all(name in warning for name in boxed)
