@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from imageforest.apps.segment import model as segment_model
 from imageforest.apps.segment.image_files import read_scribbles, read_segmentation_image
-from imageforest.apps.segment.model import Segmentation, SegmentationForest
+from imageforest.apps.segment.model import Segmentation, SegmentationForest, label_dtype
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.io import Image
 
@@ -24,7 +25,7 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
                  None = None, *, n_trees: int | None = None, max_depth: int | None = None,
                  smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False,
                  init: str | Path | None = None, background: int | None = None, init_weight: float | None = None,
-                 colour_weight: float | None = None, maps: bool = True
+                 colour_weight: float | None = None, maps: bool = True, labels_to: str | Path | None = None
                  ) -> tuple[Segmentation, Image, SegmentationForest | None]:
     """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
     saved `model` (a path or a loaded model); exactly one of the two.
@@ -36,7 +37,9 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     scribbled organs are corrected and the labels come back in its numbering (`SegmentationSession.set_init`;
     `background` the background strokes' number, `init_weight` its share of the pooling). `maps` False: a saved
     model keeps only the labels of a picture it segments in tiles (no probability or uncertainty maps: larger
-    pictures fit, see `MAX_LABEL_PIXELS`).
+    pictures fit, see `MAX_LABEL_PIXELS`). `labels_to`: a new folder where a picture segmented in tiles without maps
+    keeps its labels (an on-disk zarr array, written tile by tile: the labels are then never in memory; the
+    result's `labels` is that array, for `write_labels` to an OME-Zarr mask); the caller removes it.
     """
     if (scribbles is None) == (model is None):
         raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
@@ -45,8 +48,15 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     if model is not None:
         forest = model if isinstance(model, SegmentationForest) else load_segmentation_model(model)
         # a saved model segments large pictures in tiles
-        picture = read_segmentation_image(image, tiled=True, labels_only=not maps)
-        return forest.segment(picture, maps=maps), picture, None
+        picture = read_segmentation_image(image, tiled=True, labels_only=not maps,
+                                          streamed=labels_to is not None and not maps)
+        labels_out = None
+        shape = picture.array.shape
+        if labels_to is not None and not maps and picture.ndim == 2 and shape[0] * shape[1] > segment_model.TILED_ABOVE:
+            from imageforest.imaging import ome_zarr
+
+            labels_out = ome_zarr.label_store(labels_to, shape[:2], label_dtype(forest.classes_), segment_model.TILE)
+        return forest.segment(picture, maps=maps, labels_out=labels_out), picture, None
     picture = read_segmentation_image(image)
     from imageforest.apps.segment.session import SegmentationSession
 

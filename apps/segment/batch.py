@@ -60,25 +60,25 @@ class SegmentJob:
     def run(self, model, item: BatchItem, timing: dict[str, float]) -> dict:
         from imageforest import __version__
         from imageforest.apps.segment.api import segment_file
-        from imageforest.apps.segment.image_files import write_labels, write_map, write_overlay
+        from imageforest.apps.segment.image_files import staged_labels, write_labels, write_map, write_overlay
         from imageforest.estimators.base import numba_threads
         from imageforest.outputs import StagedOutputs, write_json
 
         t0 = time.perf_counter()
-        with numba_threads(self.threads):
-            result, picture, _ = segment_file(item.scan, model=model,
-                                              maps=item.probabilities is not None or item.uncertainty is not None)
-        t_segment = time.perf_counter() - t0
-        with StagedOutputs() as out:  # an image's outputs move into place together, the JSON after them
-            if item.out is not None:
-                write_labels(result.labels, out.path(item.out), picture)
-            if item.probabilities is not None:
-                write_map(result.probabilities, out.path(item.probabilities), picture)
-            if item.uncertainty is not None:
-                write_map(result.uncertainty, out.path(item.uncertainty), picture)
-            if item.overlay is not None:
-                write_overlay(picture, result.labels, out.path(item.overlay))
-        document = segmentation_document(item.scan, result, picture, __version__)
+        maps = item.probabilities is not None or item.uncertainty is not None
+        with numba_threads(self.threads), staged_labels(item.out, item.overlay, maps) as staging:
+            result, picture, _ = segment_file(item.scan, model=model, maps=maps, labels_to=staging)
+            t_segment = time.perf_counter() - t0
+            with StagedOutputs() as out:  # an image's outputs move into place together, the JSON after them
+                if item.out is not None:
+                    write_labels(result.labels, out.path(item.out), picture)
+                if item.probabilities is not None:
+                    write_map(result.probabilities, out.path(item.probabilities), picture)
+                if item.uncertainty is not None:
+                    write_map(result.uncertainty, out.path(item.uncertainty), picture)
+                if item.overlay is not None:
+                    write_overlay(picture, result.labels, out.path(item.overlay))
+            document = segmentation_document(item.scan, result, picture, __version__)
         document["outputs"] = {kind: str(path) for kind, path in item.outputs.items()}
         document["timing_s"] = {**timing, "segment": round(t_segment, 4),
                                 "total": round(time.perf_counter() - t0, 4)}
@@ -93,8 +93,8 @@ def segmentation_document(scan: Path, result, picture, version: str) -> dict:
     n = max(int(labels.size), 1)
     classes = []
     means = result.mean_posterior()
-    for k, c in enumerate(result.classes):
-        count = int((labels == c).sum())
+    for k, (c, count) in enumerate(zip(result.classes, result.pixel_counts(), strict=True)):
+        count = int(count)
         mean_p = float(means[k]) if count else None
         classes.append({"label": int(c), "pixels": count, "share": round(count / n, 6),
                         "mean_posterior": None if mean_p is None else round(mean_p, 4)})

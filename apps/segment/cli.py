@@ -134,36 +134,36 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
                    "--overlay": overlay_path, "--save-model": save_model_path}, inputs)
     try:
         from imageforest.apps.segment.api import segment_file
-        from imageforest.apps.segment.image_files import write_labels, write_map, write_overlay
+        from imageforest.apps.segment.image_files import staged_labels, write_labels, write_map, write_overlay
         from imageforest.estimators.base import numba_threads
 
         t0 = time.perf_counter()
-        with numba_threads(threads):
+        maps = proba_path is not None or uncertainty_path is not None
+        # a large picture's labels for an OME-Zarr mask stay on disk, tile by tile, until they are written
+        with numba_threads(threads), staged_labels(mask_path if model_path else None, overlay_path, maps) as staging:
             result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
                                                   colour_weight=colour_weight,
                                                   keep_model=save_model_path is not None, init=init_path,
-                                                  background=background,
-                                                  maps=proba_path is not None or uncertainty_path is not None)
-        # every output of the run moves into place together, or none does
-        with StagedOutputs() as out:
-            write_labels(result.labels, out.path(mask_path), picture)
-            if proba_path is not None:
-                write_map(result.probabilities, out.path(proba_path), picture)
-            if uncertainty_path is not None:
-                write_map(result.uncertainty, out.path(uncertainty_path), picture)
-            if overlay_path is not None:
-                write_overlay(picture, result.labels, out.path(overlay_path))
-            if model is not None:
-                model.save(out.path(save_model_path))
+                                                  background=background, maps=maps, labels_to=staging)
+            # every output of the run moves into place together, or none does
+            with StagedOutputs() as out:
+                write_labels(result.labels, out.path(mask_path), picture)
+                if proba_path is not None:
+                    write_map(result.probabilities, out.path(proba_path), picture)
+                if uncertainty_path is not None:
+                    write_map(result.uncertainty, out.path(uncertainty_path), picture)
+                if overlay_path is not None:
+                    write_overlay(picture, result.labels, out.path(overlay_path))
+                if model is not None:
+                    model.save(out.path(save_model_path))
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
     except (OSError, ValueError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}") from None
-    import numpy as np
 
-    values, sizes = np.unique(result.labels, return_counts=True)
-    counts = ", ".join(f"{int(c)}: {int(n)} px" for c, n in zip(values, sizes, strict=True))
+    counts = ", ".join(f"{int(c)}: {int(n)} px" for c, n in zip(result.classes, result.pixel_counts(), strict=True)
+                       if n)
     click.echo(f"{mask_path}: {counts} ({time.perf_counter() - t0:.2f} s)", err=True)
 
 

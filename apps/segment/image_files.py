@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,20 +52,25 @@ MAX_LABEL_PIXELS = 1 << 28
 # An OME-Zarr picture read tile by tile (labels only): a byte a pixel for its labels, so 2^30 (32,768 x 32,768)
 # stays within about 2 GB beside the tiles'.
 MAX_LAZY_PIXELS = 1 << 30
+# The same with the labels written tile by tile into an OME-Zarr mask (`staged_labels`): memory no longer grows
+# with the picture; 2^34 (131,072 x 131,072, hours of tiles) bounds only the run.
+MAX_STREAMED_PIXELS = 1 << 34
 
 
-def read_segmentation_image(path: str | os.PathLike, tiled: bool = False, labels_only: bool = False) -> Image:
+def read_segmentation_image(path: str | os.PathLike, tiled: bool = False, labels_only: bool = False,
+                            streamed: bool = False) -> Image:
     """A picture or a volume to segment (raises `ImageReadError`, an `InvalidInputError`-like ValueError). With
     `tiled` (a saved model applied tile by tile) pictures may be larger: up to `MAX_APPLY_PIXELS`, or
     `MAX_LABEL_PIXELS` when only the labels are kept (`labels_only`); an OME-Zarr picture is then not read at all
-    but sliced tile by tile (its array a dask array; up to `MAX_LAZY_PIXELS`)."""
+    but sliced tile by tile (its array a dask array; up to `MAX_LAZY_PIXELS`, or `MAX_STREAMED_PIXELS` when its
+    labels go to disk tile by tile, `streamed`)."""
     from imageforest.imaging.pictures import max_pixels
 
     limit = max_pixels(MAX_SEGMENT_PIXELS)
     if tiled and labels_only and is_zarr_path(path):  # read chunk by chunk as the tiles need them
         from imageforest.imaging.ome_zarr import read_ome_zarr
 
-        image = read_ome_zarr(path, max(limit, MAX_LAZY_PIXELS), lazy=True)
+        image = read_ome_zarr(path, max(limit, MAX_STREAMED_PIXELS if streamed else MAX_LAZY_PIXELS), lazy=True)
     else:
         largest = MAX_LABEL_PIXELS if labels_only else MAX_APPLY_PIXELS
         image = read_image(path, max(limit, largest) if tiled else limit)
@@ -149,6 +157,7 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
 
         write_ome_zarr(labels, path, image)  # as uint8, or uint16 past 255
         return
+    labels = np.asarray(labels)  # an on-disk array goes whole into the formats other than OME-Zarr
     if image.ndim == 2:
         if suffix not in LABEL_PICTURE_SUFFIXES:
             raise InvalidInputError(f"{path}: write a picture's mask as {', '.join(LABEL_PICTURE_SUFFIXES)}")
@@ -167,6 +176,21 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
     if suffix not in VOLUME_SUFFIXES:
         raise InvalidInputError(f"{path}: write a volume's mask as {', '.join(VOLUME_SUFFIXES)}")
     write_image(_like(labels.astype(np.uint8 if labels.max() <= 255 else np.uint16), image), path)
+
+
+@contextmanager
+def staged_labels(mask: Path | None, overlay: Path | None, maps: bool) -> Iterator[Path | None]:
+    """A new folder beside an OME-Zarr `mask` where a picture segmented in tiles keeps its labels on disk
+    (`segment_file(..., labels_to=...)`), removed afterwards; None when the labels must be in memory anyway (another
+    mask format, an overlay, or posterior maps)."""
+    if mask is None or not is_zarr_path(mask) or overlay is not None or maps or not mask.parent.is_dir():
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix=f".{mask.name}.tiles.", dir=mask.parent))
+    try:
+        yield folder / "labels.zarr"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def label_palette() -> np.ndarray:

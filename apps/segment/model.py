@@ -57,6 +57,8 @@ class Segmentation:
     timing_s : seconds per step
     posterior_sums : (K,) float64, each class's posterior summed over the pixels labelled with it (kept when the
         maps are not; None otherwise)
+    class_counts : (K,) int64, the pixels labelled with each class, counted tile by tile (None: count `labels`);
+        `labels` may then be an on-disk array (`segment_tiles(..., labels_out=...)`)
     """
 
     labels: np.ndarray
@@ -65,10 +67,17 @@ class Segmentation:
     classes: np.ndarray
     timing_s: dict[str, float] = field(default_factory=dict)
     posterior_sums: np.ndarray | None = None
+    class_counts: np.ndarray | None = None
+
+    def pixel_counts(self) -> np.ndarray:
+        """(K,) int64, the pixels (voxels) labelled with each class, in `classes` order."""
+        if self.class_counts is not None:
+            return self.class_counts
+        return np.array([np.count_nonzero(self.labels == c) for c in self.classes], dtype=np.int64)
 
     def mean_posterior(self) -> np.ndarray:
         """(K,) each class's mean posterior over the pixels labelled with it (NaN for a class with none)."""
-        counts = np.array([np.count_nonzero(self.labels == c) for c in self.classes], dtype=np.float64)
+        counts = self.pixel_counts().astype(np.float64)
         if self.posterior_sums is not None:
             sums = self.posterior_sums
         else:
@@ -194,16 +203,17 @@ class SegmentationForest(ClassificationForest):
             return self._posterior_of_checked(features)
         return self.predict_proba(features)
 
-    def segment(self, image, spacing=None, rgb: bool | None = None, maps: bool = True) -> Segmentation:
+    def segment(self, image, spacing=None, rgb: bool | None = None, maps: bool = True,
+                labels_out=None) -> Segmentation:
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut. Pictures of
         more than `TILED_ABOVE` pixels are segmented in tiles (`segment_tiles`; `maps` False keeps only their labels
-        and each class's posterior sums, 1-2 bytes a pixel instead of 13-16)."""
+        and each class's posterior sums, 1-2 bytes a pixel instead of 13-16, or none in memory with `labels_out`)."""
         self.check_fitted()
         if not isinstance(image, PreparedImage):
             array = _array_like(image.array if isinstance(image, Image) else image)
             colour = (image.ndim == 2 and array.ndim == 3) if isinstance(image, Image) and rgb is None else rgb
             if image_kind(array, colour) != "volume" and array.shape[0] * array.shape[1] > TILED_ABOVE:
-                return self.segment_tiles(array, colour, maps=maps)
+                return self.segment_tiles(array, colour, maps=maps, labels_out=labels_out)
             if isinstance(image, Image) and not isinstance(image.array, np.ndarray):
                 image = Image(np.asarray(array), image.spacing, image.origin, image.direction, image.source)
         prepared = image if isinstance(image, PreparedImage) else prepare(image, spacing, rgb)
@@ -215,13 +225,15 @@ class SegmentationForest(ClassificationForest):
                             p.reshape(*shape, -1), entropy(p).reshape(shape), self.classes_.copy())
 
     def segment_tiles(self, picture, rgb: bool | None = None, tile: int = TILE, halo: int = TILE_HALO,
-                      maps: bool = True) -> Segmentation:
+                      maps: bool = True, labels_out=None) -> Segmentation:
         """`segment` of a picture (y, x) or (y, x, 3|4) tile by tile, so that memory follows the tile, not the
         picture: each `tile` x `tile` core is prepared with a margin of `halo` pixels (the filters' reach: its
         features are the whole picture's) and cut with it, coarse to fine (`graph_cut(..., banded=True)`); only the
         core is kept. `picture` may be a dask or zarr array (or an OME-Zarr `ChunkedArray`): each tile then reads
         only its own part. Without `maps` the posterior and uncertainty maps are not kept
-        (`Segmentation.posterior_sums` instead)."""
+        (`Segmentation.posterior_sums` instead). `labels_out`: an array (y, x) of the label dtype, e.g. an on-disk
+        zarr array whose chunks each lie within one tile (`label_store`), that each tile writes its labels into
+        as it finishes; the picture's labels are then never held in memory."""
         self.check_fitted()
         array = _array_like(picture)  # a dask or zarr array stays one: each tile reads its own part
         kind = image_kind(array, rgb)
@@ -235,10 +247,21 @@ class SegmentationForest(ClassificationForest):
             step = max(1, int(np.ceil(np.sqrt(h * w / float(1 << 24))))) if not isinstance(array, np.ndarray) else 1
             bounds = stretch_bounds(np.asarray(array[::step, ::step]).astype(np.float32))
         n_classes = self.classes_.size
-        labels = np.empty((h, w), dtype=label_dtype(self.classes_))
+        if labels_out is None:
+            labels = np.empty((h, w), dtype=label_dtype(self.classes_))
+        else:
+            labels = labels_out
+            chunks = tuple(getattr(labels_out, "chunks", (tile, tile)))
+            wanted = np.dtype(label_dtype(self.classes_))
+            if (tuple(labels_out.shape) != (h, w) or np.dtype(labels_out.dtype) != wanted or len(chunks) != 2
+                    or any(tile % int(c) for c in chunks)):
+                raise InvalidInputError(f"labels_out must be {(h, w)} {wanted} with chunks that divide the tile "
+                                        f"({tile}), got {tuple(labels_out.shape)} {np.dtype(labels_out.dtype)} "
+                                        f"chunks {chunks}")
         proba = np.empty((h, w, n_classes), dtype=np.float32) if maps else None
         uncertainty = np.empty((h, w), dtype=np.float32) if maps else None
         sums: dict[tuple[int, int], np.ndarray] = {}  # per tile, summed in tile order (the same whatever the threads)
+        counts: dict[tuple[int, int], np.ndarray] = {}
         # Each thread writes its tiles' feature matrices into one buffer: a fresh matrix per tile would be new
         # pages every time (175 MB a tile, 0.2 s to touch).
         buffers = threading.local()
@@ -257,7 +280,8 @@ class SegmentationForest(ClassificationForest):
                             float(self.smoothness), banded=True)
             core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
             chosen = idx.reshape(prepared.shape)[core]
-            labels[y0:y1, x0:x1] = self.classes_[chosen]
+            labels[y0:y1, x0:x1] = self.classes_[chosen]  # a chunk of its own when `labels_out` is on disk
+            counts[corner] = np.bincount(chosen.ravel(), minlength=n_classes)
             p = p.reshape(*prepared.shape, n_classes)[core]
             if maps:
                 proba[y0:y1, x0:x1] = p
@@ -281,7 +305,8 @@ class SegmentationForest(ClassificationForest):
             with ThreadPoolExecutor(workers, thread_name_prefix="imageforest-tile") as pool:
                 list(pool.map(serial_tile, corners))
         totals = None if maps else np.sum([sums[c] for c in corners], axis=0)
-        return Segmentation(labels, proba, uncertainty, self.classes_.copy(), posterior_sums=totals)
+        return Segmentation(labels, proba, uncertainty, self.classes_.copy(), posterior_sums=totals,
+                            class_counts=np.sum([counts[c] for c in corners], axis=0).astype(np.int64))
 
     def segment_frames(self, frames, rgb: bool | None = None) -> np.ndarray:
         """Labels of every frame of a stack of pictures (or slice of a volume) segmented one by one with a model

@@ -180,12 +180,22 @@ def _level_transforms(transforms, ndim: int) -> tuple[list[float], list[float]]:
     return scale, translation
 
 
+def label_store(path: str | os.PathLike, shape: tuple[int, ...], dtype, chunk: int):
+    """A new on-disk zarr array at `path` (a folder) of `shape` and `dtype` in `chunk`-sided chunks, for labels
+    written piece by piece (`SegmentationForest.segment_tiles(..., labels_out=...)`) and then copied into an
+    OME-Zarr image by `write_ome_zarr` without being read whole."""
+    zarr = _modules()[0]
+    return zarr.open_array(str(path), mode="w", shape=tuple(int(n) for n in shape),
+                           chunks=(int(chunk),) * len(shape), dtype=np.dtype(dtype))
+
+
 def write_ome_zarr(values: np.ndarray, path: str | os.PathLike, image: Image, levels: int = 3) -> None:
     """Write a label map or a float map on `image`'s grid as an OME-Zarr image.
 
     values : (y, x) or (z, y, x) labels (written as uint8, or uint16 past 255; the pyramid downsampled by nearest
         neighbour, so every level holds label values) or floats (float32, downsampled by averaging), or a float map
-        with a last axis of K channels (the posteriors; channel first in the file)
+        with a last axis of K channels (the posteriors; channel first in the file); labels may also be a zarr or
+        dask array (`label_store`), read and written chunk by chunk
     image : the image the map lies on: its voxel size is the scale (mm for volumes, pixels for pictures) and its
         origin the translation of level 0
     levels : pyramid levels, each halving y and x
@@ -199,11 +209,18 @@ def write_ome_zarr(values: np.ndarray, path: str | os.PathLike, image: Image, le
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist")
-    values = np.asarray(values)
     n_space = image.ndim
+    if not isinstance(values, np.ndarray) and hasattr(values, "chunks") and np.dtype(values.dtype).kind in "biu":
+        import dask.array as da
+
+        values = values if isinstance(values, da.Array) else da.from_zarr(values)
+        top = int(values.max().compute()) if values.size else 0
+    else:
+        values = np.asarray(values)
+        top = int(values.max(initial=0)) if values.dtype.kind in "biu" else 0
     labels = values.dtype.kind in "biu"
     if labels:
-        values = values.astype(np.uint8 if values.max(initial=0) <= 255 else np.uint16)
+        values = values.astype(np.uint8 if top <= 255 else np.uint16)
     else:
         values = values.astype(np.float32)
     if values.ndim == n_space + 1:

@@ -170,18 +170,50 @@ def test_a_large_ome_zarr_picture_is_read_tile_by_tile_when_only_labels_are_writ
     monkeypatch.setattr(model_module, "TILED_ABOVE", 5_000)
     lazy = image_files.read_segmentation_image(tmp_path / "big.ome.zarr", tiled=True, labels_only=True)
     assert not isinstance(lazy.array, np.ndarray) and lazy.array.shape == big.shape
+    import imageforest.imaging.ome_zarr as ome_zarr
+
+    stores = []  # the labels go to an on-disk store beside the mask, tile by tile, never whole in memory
+    real_store = ome_zarr.label_store
+    monkeypatch.setattr(ome_zarr, "label_store", lambda *a: stores.append(a) or real_store(*a))
     r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "labels.ome.zarr")
     assert r.exit_code == 0, r.output
-    from imageforest.imaging.ome_zarr import read_ome_zarr
+    assert len(stores) == 1 and stores[0][0].parent.parent == tmp_path and not stores[0][0].parent.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # the staging folder is gone
 
-    labels = read_ome_zarr(tmp_path / "labels.ome.zarr").array
+    labels = ome_zarr.read_ome_zarr(tmp_path / "labels.ome.zarr").array
     expected = SegmentationForest.load(tmp_path / "m.npz").segment_tiles(big).labels
     assert np.array_equal(labels, expected)
+    assert "1: " in r.output and "px" in r.output  # the pixel counts, from the tiles' tallies
     truth = np.tile(disc, (3, 4))
     assert np.sum((labels == 1) & truth) / np.sum((labels == 1) | truth) > 0.85
     r = run("segment", tmp_path / "big.ome.zarr", "--model", tmp_path / "m.npz", "-o", tmp_path / "again.ome.zarr",
             "--proba", tmp_path / "p.ome.zarr")  # maps need the picture in memory: over the limit
     assert r.exit_code == 1 and "pixels" in r.output
+
+
+def test_tiles_write_their_labels_into_an_on_disk_store(tmp_path, files):
+    """`segment_tiles(..., labels_out=label_store(...))`: each tile writes its own chunks (two threads), the labels
+    and their counts are those of the in-memory run, and a store whose chunks straddle tiles is refused."""
+    from imageforest.apps.segment import SegmentationForest
+    from imageforest.exceptions import InvalidInputError
+    from imageforest.imaging.ome_zarr import label_store
+
+    root, _ = files
+    r = run("segment", root / "pic.png", "--scribbles", root / "scribbles.png", "-o", tmp_path / "m.png",
+            "--save-model", tmp_path / "m.npz")
+    assert r.exit_code == 0, r.output
+    model = SegmentationForest.load(tmp_path / "m.npz")
+    img, _ = disc_picture()
+    big = np.tile(img, (3, 4, 1))  # 180 x 320: 3 x 5 tiles of 64
+    in_memory = model.segment_tiles(big, tile=64, halo=16, maps=False)
+    store = label_store(tmp_path / "labels.zarr", big.shape[:2], in_memory.labels.dtype, 32)
+    on_disk = model.segment_tiles(big, tile=64, halo=16, maps=False, labels_out=store)
+    assert on_disk.labels is store and np.array_equal(store[:], in_memory.labels)
+    assert np.array_equal(on_disk.pixel_counts(), [np.sum(in_memory.labels == c) for c in model.classes_])
+    assert np.allclose(on_disk.mean_posterior(), in_memory.mean_posterior())
+    straddling = label_store(tmp_path / "bad.zarr", big.shape[:2], in_memory.labels.dtype, 48)
+    with pytest.raises(InvalidInputError, match="chunks"):
+        model.segment_tiles(big, tile=64, halo=16, maps=False, labels_out=straddling)
 
 
 def test_a_damaged_chunk_is_one_line_whether_the_picture_is_read_whole_or_by_tiles(tmp_path, files, monkeypatch):
