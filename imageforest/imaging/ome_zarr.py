@@ -15,7 +15,8 @@ A picture may also be opened without reading it (`read_ome_zarr(..., lazy=True)`
 tile by tile.
 
 Label maps and float maps (posteriors, uncertainty) are written as OME-Zarr images on the same axes and scale
-(`write_ome_zarr`), into a new folder renamed into place when complete.
+(`write_ome_zarr`), into a new folder renamed into place when complete. Labels too large for memory are written
+tile by tile into an on-disk array first (`label_store`), which `write_ome_zarr` then copies chunk by chunk.
 """
 
 from __future__ import annotations
