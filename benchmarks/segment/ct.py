@@ -16,9 +16,9 @@ scikit-image's `fit_segmenter` (scikit-learn's random forest of 50 trees on `mul
 
 With `--init-model` (a contour model; with `--fold K` the scans are fold K's test scans of
 `benchmarks/contour/cross_validate.py`'s split, so a model it saved for that fold never saw them) each scan is first
-contoured automatically (the shipped localizer's boxes) and the session starts from those labels at each weight of
-`--init-weights` (`SegmentationSession.set_init`): Dice of the automatic contours alone, of the scribbles alone,
-and of the scribbles corrected from the contours.
+contoured automatically (the shipped localizer's boxes, or `--init-localizer`'s) and the session starts from those
+labels at each weight of `--init-weights` (`SegmentationSession.set_init`): Dice of the automatic contours alone, of
+the scribbles alone, and of the scribbles corrected from the contours.
 """
 
 from __future__ import annotations
@@ -111,6 +111,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-peer", action="store_true", help="skip scikit-image's segmenter")
     parser.add_argument("--init-model", type=Path, default=None, help="a contour model to start from")
+    parser.add_argument("--init-localizer", type=Path, default=None,
+                        help="the localizer whose boxes the contour model reads (default: the shipped one, which saw "
+                             "every scan; e.g. one trained on the fold's training scans, as "
+                             "benchmarks/contour/presence.py trains it)")
     parser.add_argument("--init-weights", default="0.25")
     parser.add_argument("--init-smoothing-mm", type=float, default=None,
                         help="the contour model's posterior smoothing (default: the contour recipe's, as the shipped "
@@ -140,7 +144,7 @@ def main() -> None:
         from imageforest.apps.contour.recipe import RECIPE
         from imageforest.apps.localize.api import load_localizer
 
-        contourer, localizer = load_contourer(args.init_model), load_localizer()
+        contourer, localizer = load_contourer(args.init_model), load_localizer(args.init_localizer)
         contourer.posterior_smoothing_mm = (RECIPE["posterior_smoothing_mm"] if args.init_smoothing_mm is None
                                             else args.init_smoothing_mm)
     rows = []
