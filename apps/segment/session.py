@@ -64,6 +64,8 @@ from imageforest.kernels import njit
 # Defaults by image kind (recipe.py: measured on the GrabCut scribbles and openkbp-hn CT)
 PICTURE_GEODESIC_WEIGHT, PICTURE_SMOOTHNESS = PICTURE["geodesic_weight"], PICTURE["smoothness"]
 VOLUME_GEODESIC_WEIGHT, VOLUME_SMOOTHNESS = VOLUME["geodesic_weight"], VOLUME["smoothness"]
+# Scribbled pixels of each class the forest is grown on at least, when there are more scribbles than it takes
+MIN_CLASS_PIXELS = 50
 GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
 INIT_WEIGHT = VOLUME["init_weight"]
 INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian this wide (its borders are uncertain)
@@ -246,7 +248,7 @@ class SegmentationSession:
         sweeps = None
         if self.geodesic_weight > 0:  # on the caller's thread count (a command's --threads), which is per thread
             sweeps = _SWEEPS.submit(self._geodesic_on_threads, n_threads(), flat, classes)
-        train = self._training_pixels(index)
+        train = self._training_pixels(index, values=flat[index])
         forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
         p_forest = self._forest_posterior(forest, flat, classes)
         t1 = time.perf_counter()
@@ -440,13 +442,23 @@ class SegmentationSession:
     def _new_forest(self) -> SegmentationForest:
         return SegmentationForest(**self.settings.get_params())
 
-    def _training_pixels(self, index: np.ndarray, limit: int | None = None) -> np.ndarray:
+    def _training_pixels(self, index: np.ndarray, limit: int | None = None,
+                         values: np.ndarray | None = None) -> np.ndarray:
         """About `limit` (default `max_training_pixels`) of the pixels `index`, each kept with the same chance (so
-        every class keeps its share), by a fixed draw."""
+        every class keeps its share), by a fixed draw; with their classes `values`, each class keeps at least
+        `MIN_CLASS_PIXELS` (all of a smaller one's): a short stroke beside a large one would otherwise be left out,
+        and the forest would not know its class."""
         limit = self.max_training_pixels if limit is None else limit
         if index.size <= limit:
             return index
-        keep = np.random.default_rng(0).random(index.size) < limit / index.size
+        draw = np.random.default_rng(0).random(index.size)
+        keep = draw < limit / index.size
+        if values is not None:
+            for c in np.unique(values):
+                mine = np.flatnonzero(values == c)
+                least = min(mine.size, MIN_CLASS_PIXELS)
+                if int(keep[mine].sum()) < least:
+                    keep[mine[np.argsort(draw[mine], kind="stable")[:least]]] = True
         return index[keep]
 
     def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray
@@ -556,8 +568,8 @@ class SegmentationSession:
         labels = self.result.labels.ravel()
         sure = np.flatnonzero((self.result.probabilities.reshape(flat.size, -1).max(axis=1) >= confidence)
                               & (flat == 0))
-        scribbled = self._training_pixels(scribbled, self.max_training_pixels // 2)
-        sure = self._training_pixels(sure, self.max_training_pixels - scribbled.size)
+        scribbled = self._training_pixels(scribbled, self.max_training_pixels // 2, flat[scribbled])
+        sure = self._training_pixels(sure, self.max_training_pixels - scribbled.size, labels[sure])
         index = np.concatenate([scribbled, sure])
         values = np.concatenate([flat[scribbled], labels[sure].astype(np.int64)])
         weight = np.concatenate([np.full(scribbled.size, 3.0), np.ones(sure.size)])

@@ -368,3 +368,20 @@ def test_the_geodesic_sweeps_keep_the_callers_thread_count(ball_volume, monkeypa
     with numba_threads(1):  # as `imageforest segment --threads 1` runs it
         session.update()
     assert seen == [1]
+
+
+def test_a_short_stroke_beside_many_scribbled_pixels_keeps_its_class():
+    """More scribbled pixels than the forest takes: a class of a few pixels is still among them, so the forest
+    knows it and the update labels it (it used to be left out of the draw, and the update failed)."""
+    rng = np.random.default_rng(3)
+    vol = rng.normal(0.0, 1.0, (24, 40, 40)).astype(np.float32)
+    vol[10:14, 18:22, 18:22] += 6.0  # a small bright cube
+    scr = np.zeros(vol.shape, np.int64)
+    scr[:, :4, :] = 1  # 24 x 4 x 40 = 3,840 background pixels
+    scr[:, -4:, :] = 1
+    scr[12, 19:21, 19:21] = 2  # 4 pixels of the cube
+    session = SegmentationSession(vol, max_training_pixels=100)  # one pixel in 38 drawn: the 4 would be left out
+    session.set_scribbles(scr)
+    result = session.update()
+    assert list(result.classes) == [1, 2]
+    assert np.all(result.labels[12, 19:21, 19:21] == 2) and np.sum(result.labels == 2) < 2000
