@@ -79,7 +79,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path)
     ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--sheet", type=Path, default=None, help="a PNG of the first pictures' results")
+    ap.add_argument("--sheet", type=Path, default=None,
+                    help="a PNG of the first 12 pictures' sparse strokes (red foreground, blue background), "
+                         "imageforest's outline (yellow) and the mask's (white)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     names = sorted(p.name for p in (args.data / "figure_ground").glob("*.jpg"))[: args.limit]
@@ -120,11 +122,11 @@ def main() -> None:
             view[mask ^ ndimage.binary_erosion(mask)] = (255, 255, 255)
             view[scr == 1] = (255, 0, 0)
             view[scr == 2] = (0, 128, 255)
-            tiles.append(PILImage.fromarray(view).resize((320, 240)))
-        sheet = PILImage.new("RGB", (4 * 320, 240 * -(-len(tiles) // 4)))
+            tiles.append(PILImage.fromarray(view).resize((240, 180), PILImage.LANCZOS))
+        sheet = PILImage.new("RGB", (4 * 240, 180 * -(-len(tiles) // 4)))
         for i, t in enumerate(tiles):
-            sheet.paste(t, ((i % 4) * 320, (i // 4) * 240))
-        sheet.save(args.sheet)
+            sheet.paste(t, ((i % 4) * 240, (i // 4) * 180))
+        sheet.quantize(colors=256, method=PILImage.Quantize.MEDIANCUT).save(args.sheet, optimize=True)
 
 
 if __name__ == "__main__":
