@@ -433,7 +433,8 @@ class OrganContourer(EntangledForest):
         near = organ_masks(scan, bounds, boxes, self.margin_mm)
         post[1:] *= near
         weight = self._per_organ(self.prior_weight, "prior_weight")
-        if prior is None and (np.any(weight > 0) or self.min_expected_share > 0 or self.absence_logit is not None):
+        checked = self.absence_logit is not None and evidence is not None
+        if prior is None and (np.any(weight > 0) or self.min_expected_share > 0 or checked):
             prior = self.box_prior(crop, boxes)
         if prior is not None:
             post[1:] *= ((prior + 0.02) / 1.02) ** weight[:, None, None, None]
@@ -452,10 +453,9 @@ class OrganContourer(EntangledForest):
             crop_labels = keep_largest(crop_labels, len(self.organs))
         if self.min_expected_share > 0 and prior is not None:
             drop_unexpected(crop_labels, prior, float(self.min_expected_share))
-        logit = self._absence_logit()
-        if logit is not None and evidence is not None and prior is not None:
+        if checked and prior is not None:
             share = post[1:] / np.maximum(post.sum(axis=0), 1e-12)
-            drop_unlikely(crop_labels, share, prior, evidence, logit, float(self.absence_threshold))
+            drop_unlikely(crop_labels, share, prior, evidence, self._absence_logit(), float(self.absence_threshold))
         return crop_labels, post
 
     def _name(self, label: int) -> str:

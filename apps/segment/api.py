@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imageforest.apps.segment import model as segment_model
 from imageforest.apps.segment.image_files import read_scribbles, read_segmentation_image
-from imageforest.apps.segment.model import Segmentation, SegmentationForest, label_dtype
+from imageforest.apps.segment.model import Segmentation, SegmentationForest
 from imageforest.exceptions import InvalidInputError
 from imageforest.imaging.io import Image
 
@@ -50,13 +49,7 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
         # a saved model segments large pictures in tiles
         picture = read_segmentation_image(image, tiled=True, labels_only=not maps,
                                           streamed=labels_to is not None and not maps)
-        labels_out = None
-        shape = picture.array.shape
-        if labels_to is not None and not maps and picture.ndim == 2 and shape[0] * shape[1] > segment_model.TILED_ABOVE:
-            from imageforest.imaging import ome_zarr
-
-            labels_out = ome_zarr.label_store(labels_to, shape[:2], label_dtype(forest.classes_), segment_model.TILE)
-        return forest.segment(picture, maps=maps, labels_out=labels_out), picture, None
+        return forest.segment(picture, maps=maps, labels_to=labels_to), picture, None
     picture = read_segmentation_image(image)
     from imageforest.apps.segment.session import SegmentationSession
 

@@ -204,15 +204,22 @@ class SegmentationForest(ClassificationForest):
         return self.predict_proba(features)
 
     def segment(self, image, spacing=None, rgb: bool | None = None, maps: bool = True,
-                labels_out=None) -> Segmentation:
+                labels_to=None) -> Segmentation:
         """Segment a new image (no scribbles): the forest's posterior, regularised by the graph cut. Pictures of
         more than `TILED_ABOVE` pixels are segmented in tiles (`segment_tiles`; `maps` False keeps only their labels
-        and each class's posterior sums, 1-2 bytes a pixel instead of 13-16, or none in memory with `labels_out`)."""
+        and each class's posterior sums, 1-2 bytes a pixel instead of 13-16). `labels_to`: a new folder where such a
+        picture segmented without maps keeps its labels, written tile by tile into an on-disk array (`label_store`)
+        that the result's `labels` then is; they are never in memory."""
         self.check_fitted()
         if not isinstance(image, PreparedImage):
             array = _array_like(image.array if isinstance(image, Image) else image)
             colour = (image.ndim == 2 and array.ndim == 3) if isinstance(image, Image) and rgb is None else rgb
             if image_kind(array, colour) != "volume" and array.shape[0] * array.shape[1] > TILED_ABOVE:
+                labels_out = None
+                if labels_to is not None and not maps:
+                    from imageforest.imaging.ome_zarr import label_store
+
+                    labels_out = label_store(labels_to, array.shape[:2], label_dtype(self.classes_), TILE)
                 return self.segment_tiles(array, colour, maps=maps, labels_out=labels_out)
             if isinstance(image, Image) and not isinstance(image.array, np.ndarray):
                 image = Image(np.asarray(array), image.spacing, image.origin, image.direction, image.source)
