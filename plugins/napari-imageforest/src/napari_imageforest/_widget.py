@@ -11,13 +11,19 @@ the widget only moves data between layers and a background worker:
   entropy) as Images, shown as soon as the update ends, then "suggestions" (Points) where a next scribble would
   help most; "Next suggestion" moves the view to them in turn;
 - the model (a forest grown on the scribbles and the confidently segmented pixels) can be saved, loaded, and
-  applied to another layer, frame by frame for a stack of pictures.
+  applied to another layer, frame by frame for a stack of pictures; a picture too large for memory (a dask or zarr
+  layer) is segmented tile by tile and its labels kept on disk, in a temporary folder removed when Python exits,
+  from which the Labels layer reads them; "Save segmentation" writes them as OME-Zarr without reading them whole.
 Errors (one class painted, a model for other images, ...) appear in napari's notifications; scribbles stay.
 """
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +52,10 @@ from napari_imageforest._layers import SESSION_PIXELS, Level, level_of
 
 SCRIBBLES = "scribbles"
 N_SUGGESTIONS = 5
+# A saved model's labels of a picture that is not in memory (a dask or zarr layer) go to an on-disk store above this
+# many pixels (2^28 pixels: 256 MB of labels), written tile by tile and read by the Labels layer chunk by chunk
+ON_DISK_PIXELS = 1 << 28
+LABEL_SUFFIXES = (".ome.zarr", ".nii.gz", ".nii", ".nrrd", ".mha", ".png", ".tif", ".tiff", ".bmp")
 
 
 def _spatial(layer: ImageLayer, level: Level | None = None) -> tuple[np.ndarray, bool, np.ndarray]:
@@ -62,14 +72,20 @@ def _camera(viewer):
     return scene.camera if scene is not None else viewer.camera
 
 
-def _segment_layer(model: SegmentationForest, layer: ImageLayer) -> np.ndarray:
+def _segment_layer(model: SegmentationForest, layer: ImageLayer, folder: Callable[[], Path] | None = None):
     """Labels of a layer (its full resolution) by a saved model: a picture or volume of the model's kind, or every
-    frame of a stack of pictures. A large dask- or zarr-backed picture is read tile by tile as it is segmented."""
+    frame of a stack of pictures. A large dask- or zarr-backed picture is read tile by tile as it is segmented; with
+    `folder` (called only when needed), one of more than `ON_DISK_PIXELS` pixels keeps its labels in a new zarr
+    array under the folder it returns, never whole in memory, and that array is returned."""
     data, rgb = level_of(layer).data(layer), bool(layer.rgb)
     if model.image_kind_ != "volume" and data.ndim - (1 if rgb else 0) == 3:
         return model.segment_frames(np.asarray(data), rgb=rgb)
+    labels_to = None
+    if (folder is not None and model.image_kind_ != "volume" and not isinstance(data, np.ndarray)
+            and data.ndim - (1 if rgb else 0) == 2 and data.shape[0] * data.shape[1] > ON_DISK_PIXELS):
+        labels_to = Path(tempfile.mkdtemp(prefix="labels.", dir=folder())) / "labels.zarr"
     return model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
-                         rgb=rgb if data.ndim == 3 else None, maps=False).labels
+                         rgb=rgb if data.ndim == 3 else None, maps=False, labels_to=labels_to).labels
 
 
 def _session_for(layer: ImageLayer, level: Level) -> SegmentationSession:
@@ -110,6 +126,8 @@ class SegmentationWidget(QWidget):
         self.pending = False
         self.suggestions = np.zeros((0, 2), dtype=np.int64)
         self._next = 0
+        self._on_disk: Path | None = None  # where labels too large for memory are kept (`labels_folder`)
+        self._folder_lock = threading.Lock()
 
         self.image_combo = QComboBox()
         self.start_button = QPushButton("Start: paint scribbles on this image")
@@ -450,39 +468,77 @@ class SegmentationWidget(QWidget):
         except (ImageForestError, OSError) as exc:
             self._error(exc)
 
-    def save_segmentation(self, path: str | Path, per_class: bool = False) -> list[Path]:
-        """Write the "segmentation" layer: one label file (PNG/TIFF/BMP for pictures, NIfTI/NRRD/MHA for volumes,
-        with the layer's voxel size and position) or, `per_class`, one 0/1 mask per label value named
-        `<stem>_<label><suffix>`; returns the files written (each atomically)."""
+    def labels_folder(self) -> Path:
+        """The temporary folder where labels too large for memory are kept (made on first use, removed when Python
+        exits)."""
+        with self._folder_lock:
+            if self._on_disk is None:
+                self._on_disk = Path(tempfile.mkdtemp(prefix="imageforest-labels-"))
+                atexit.register(shutil.rmtree, self._on_disk, True)
+            return self._on_disk
+
+    def _labels_to_save(self, name: str | None) -> Labels:
+        """The layer "Save segmentation" writes: `name`, else the selected layer when it is a segmentation (an
+        applied model's "<image> segmentation"), else the interactive "segmentation"."""
+        if name is None:
+            active = self.viewer.layers.selection.active
+            name = active.name if isinstance(active, Labels) and active.name.endswith("segmentation") \
+                else "segmentation"
+        layer = self._layer_named(name)
+        if not isinstance(layer, Labels):
+            raise ImageForestError(f"no {name!r} labels layer to save yet: paint scribbles or apply a model first")
+        return layer
+
+    def save_segmentation(self, path: str | Path, per_class: bool = False, layer: str | None = None) -> list[Path]:
+        """Write a segmentation layer (`layer`, by default the selected segmentation or "segmentation"): one label
+        file (PNG/TIFF/BMP for pictures, NIfTI/NRRD/MHA for volumes, OME-Zarr for either, with the layer's voxel
+        size and position) or, `per_class`, one 0/1 mask per label value named `<stem>_<label><suffix>`; returns the
+        files written (each atomically). Labels kept on disk are written to OME-Zarr chunk by chunk."""
         from imageforest.apps.segment.image_files import write_labels
         from imageforest.imaging.io import Image
+        from imageforest.imaging.ome_zarr import write_ome_zarr
 
-        layer = self._layer_named("segmentation")
-        if layer is None:
-            raise ImageForestError("no segmentation to save yet: paint scribbles first")
-        labels = np.asarray(layer.data)
-        if labels.ndim == 3:
-            grid = Image(labels, np.asarray(layer.scale[-3:], float)[::-1], np.asarray(layer.translate[-3:],
-                                                                                       float)[::-1], np.eye(3))
-        else:
-            grid = Image(labels, np.ones(2), np.zeros(2), np.eye(2))
+        source = self._labels_to_save(layer)
+        labels = source.data
+        lazy = not isinstance(labels, np.ndarray)
         path = Path(path)
-        if not per_class:
-            write_labels(labels, path, grid)
-            return [path]
         name = path.name
-        suffix = next((s for s in (".nii.gz", ".nii", ".nrrd", ".mha", ".png", ".tif", ".tiff", ".bmp")
-                       if name.lower().endswith(s)), path.suffix)
+        suffix = next((s for s in LABEL_SUFFIXES if name.lower().endswith(s)), path.suffix)
+        to_zarr = suffix == ".ome.zarr"
+        if lazy and not to_zarr:
+            labels = np.asarray(labels)
+            lazy = False
+        if lazy:
+            import dask.array as da
+
+            labels = labels if isinstance(labels, da.Array) else da.from_zarr(labels)
+        n = labels.ndim
+        spacing = np.asarray(source.scale[-n:], float)[::-1]
+        origin = np.asarray(source.translate[-n:], float)[::-1]
+        if n != 3:  # pictures are written in pixels, as the CLI writes them
+            spacing, origin = np.ones(2), np.zeros(2)
+        grid = Image(labels, spacing, origin, np.eye(n))
+
+        def write(values, target: Path) -> None:
+            if to_zarr:
+                write_ome_zarr(values, target, Image(values, grid.spacing, grid.origin, grid.direction))
+            else:
+                write_labels(values, target, Image(values, grid.spacing, grid.origin, grid.direction))
+
+        if not per_class:
+            write(labels, path)
+            return [path]
+        values = np.asarray(da.unique(labels).compute()) if lazy else np.unique(labels)
         written = []
-        for value in np.unique(labels[labels > 0]):
+        for value in values[values > 0]:
             target = path.with_name(f"{name[:len(name) - len(suffix)]}_{int(value)}{suffix}")
-            write_labels((labels == value).astype(np.uint8), target, grid)
+            write((labels == value).astype(np.uint8), target)
             written.append(target)
         return written
 
     def _export_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save segmentation", "",
-                                              "Labels (*.png *.tif *.nii.gz *.nrrd *.mha)")
+                                              "Labels (*.png *.tif *.nii.gz *.nrrd *.mha *.ome.zarr)")
         if not path:
             return
         try:
@@ -518,9 +574,7 @@ class SegmentationWidget(QWidget):
 
         def work():
             if not stack:
-                seg = model.segment(data, spacing=layer.scale[-3:] if model.image_kind_ == "volume" else None,
-                                    rgb=rgb if data.ndim == 3 else None, maps=False)  # only labels are shown
-                return seg.labels
+                return _segment_layer(model, layer, self.labels_folder)  # only labels are shown
             frames = []
             for k in range(data.shape[0]):
                 frames.append(model.segment_frames(np.asarray(data[k:k + 1]), rgb=rgb)[0])
@@ -545,7 +599,7 @@ class SegmentationWidget(QWidget):
         def work():
             for k, layer in enumerate(layers):
                 try:
-                    yield k, layer, _segment_layer(model, layer)
+                    yield k, layer, _segment_layer(model, layer, self.labels_folder)
                 except ImageForestError as exc:
                     yield k, layer, exc
             return len(layers)
@@ -571,4 +625,5 @@ class SegmentationWidget(QWidget):
         n = labels.ndim
         self._set_layer(f"{layer.name} segmentation", labels, Labels, opacity=0.45, scale=layer.scale[-n:],
                         translate=layer.translate[-n:])
-        self._idle(f"{layer.name} segmented.")
+        where = "" if isinstance(labels, np.ndarray) else f", its labels on disk in {self._on_disk}"
+        self._idle(f"{layer.name} segmented{where}.")

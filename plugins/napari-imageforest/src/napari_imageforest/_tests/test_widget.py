@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -371,3 +372,37 @@ def test_strokes_painted_on_a_sagittal_view_of_a_volume(make_napari_viewer, qtbo
     qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
     seg = viewer.layers["segmentation"].data == 1
     assert 2 * np.sum(seg & tube) / (seg.sum() + tube.sum()) > 0.8
+
+
+def test_a_large_lazy_picture_keeps_its_labels_on_disk_and_saves_them_as_ome_zarr(started, qtbot, tmp_path,
+                                                                                    monkeypatch):
+    """A dask-backed picture over `ON_DISK_PIXELS` is segmented tile by tile into an on-disk zarr array, which the
+    Labels layer shows; "Save segmentation" writes it to OME-Zarr (whole and per class) with the same labels."""
+    da = pytest.importorskip("dask.array")
+    zarr = pytest.importorskip("zarr")
+    import imageforest.apps.segment.model as model_module
+    from imageforest.imaging.ome_zarr import read_ome_zarr
+
+    viewer, widget, _ = started
+    paint_disc_strokes(viewer.layers["scribbles"])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    img, disc = disc_picture(seed=4)
+    big, truth = np.tile(img, (3, 4, 1)), np.tile(disc, (3, 4))  # 180 x 320
+    viewer.add_image(da.from_array(big, chunks=(64, 64, 3)), name="slide", rgb=True)
+    monkeypatch.setattr(model_module, "TILED_ABOVE", 5_000)  # tiles, as for a picture of gigapixels
+    monkeypatch.setattr(_widget, "ON_DISK_PIXELS", 10_000)
+    widget.target_combo.setCurrentText("slide")
+    widget.apply_button.click()
+    qtbot.waitUntil(lambda: "slide segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    out = viewer.layers["slide segmentation"].data
+    assert isinstance(out, zarr.Array) and widget.labels_folder() in Path(str(out.store.root)).parents
+    labels = np.asarray(out)
+    fg = labels == 1
+    assert np.sum(fg & truth) / np.sum(fg | truth) > 0.85
+    assert np.array_equal(labels, widget.current_model().segment_tiles(big).labels)
+    assert "on disk" in widget.status.text()
+    written = widget.save_segmentation(tmp_path / "slide.ome.zarr", layer="slide segmentation")
+    assert np.array_equal(read_ome_zarr(written[0]).array, labels)
+    masks = widget.save_segmentation(tmp_path / "slide.ome.zarr", per_class=True, layer="slide segmentation")
+    assert [p.name for p in masks] == ["slide_1.ome.zarr", "slide_2.ome.zarr"]
+    assert np.array_equal(read_ome_zarr(masks[0]).array == 1, fg)
