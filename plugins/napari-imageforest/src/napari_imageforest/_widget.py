@@ -517,13 +517,10 @@ class SegmentationWidget(QWidget):
         origin = np.asarray(source.translate[-n:], float)[::-1]
         if n != 3:  # pictures are written in pixels, as the CLI writes them
             spacing, origin = np.ones(2), np.zeros(2)
-        grid = Image(labels, spacing, origin, np.eye(n))
 
         def write(values, target: Path) -> None:
-            if to_zarr:
-                write_ome_zarr(values, target, Image(values, grid.spacing, grid.origin, grid.direction))
-            else:
-                write_labels(values, target, Image(values, grid.spacing, grid.origin, grid.direction))
+            on_grid = Image(values, spacing, origin, np.eye(n))
+            (write_ome_zarr if to_zarr else write_labels)(values, target, on_grid)
 
         if not per_class:
             write(labels, path)
