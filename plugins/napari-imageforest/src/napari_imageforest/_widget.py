@@ -496,7 +496,7 @@ class SegmentationWidget(QWidget):
         files written (each atomically). Labels kept on disk are written to OME-Zarr chunk by chunk."""
         from imageforest.apps.segment.image_files import write_labels
         from imageforest.imaging.io import Image
-        from imageforest.imaging.ome_zarr import write_ome_zarr
+        from imageforest.imaging.ome_zarr import is_zarr_path
 
         source = self._labels_to_save(layer)
         labels = source.data
@@ -504,8 +504,7 @@ class SegmentationWidget(QWidget):
         path = Path(path)
         name = path.name
         suffix = next((s for s in LABEL_SUFFIXES if name.lower().endswith(s)), path.suffix)
-        to_zarr = suffix == ".ome.zarr"
-        if lazy and not to_zarr:
+        if lazy and not is_zarr_path(path):  # write_labels writes OME-Zarr chunk by chunk, other formats whole
             labels = np.asarray(labels)
             lazy = False
         if lazy:
@@ -519,8 +518,7 @@ class SegmentationWidget(QWidget):
             spacing, origin = np.ones(2), np.zeros(2)
 
         def write(values, target: Path) -> None:
-            on_grid = Image(values, spacing, origin, np.eye(n))
-            (write_ome_zarr if to_zarr else write_labels)(values, target, on_grid)
+            write_labels(values, target, Image(values, spacing, origin, np.eye(n)))
 
         if not per_class:
             write(labels, path)
