@@ -55,6 +55,10 @@ def commands() -> None:
 @click.option("--colour-weight", type=float, default=None,
               help="Share of the colour models re-estimated from the cut (GrabCut's iterations), 0: none [default: "
                    f"{PICTURE['colour_weight']:g} for pictures, {VOLUME['colour_weight']:g} for volumes].")
+@click.option("--extent-margin", type=float, default=None,
+              help="In a volume, how far a class painted on separate slices reaches beyond its outermost ones, in "
+                   "multiples of their spacing; inf: no bound [default: "
+                   f"{VOLUME['extent_margin']:g}; pictures: none].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
 @click.option("--init", "init_path", type=click.Path(path_type=Path), default=None,
@@ -73,8 +77,8 @@ def commands() -> None:
 def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
-            geodesic_weight: float | None, colour_weight: float | None, trees: int, depth: int,
-            init_path: Path | None, background: int | None,
+            geodesic_weight: float | None, colour_weight: float | None, extent_margin: float | None, trees: int,
+            depth: int, init_path: Path | None, background: int | None,
             json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
@@ -97,11 +101,15 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         image_list = expand_scan_arguments(images)
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
+    if extent_margin is not None and (extent_margin != extent_margin or extent_margin < 0):
+        raise _fail(f"--extent-margin must be a number >= 0 (inf: no bound), got {extent_margin}")
     if init_path is None and background is not None:
         raise _fail("--background names the background strokes' number for --init")
     if len(image_list) > 1 or workers is not None or scheduler is not None or resume:
         if init_path is not None:
             raise _fail("--init belongs to one image and its scribbles, not to a batch")
+        if extent_margin is not None:
+            raise _fail("--extent-margin belongs to scribbles; a batch applies the saved model as it is")
         _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
                        colour_weight, mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads,
                        workers, scheduler, resume)
@@ -143,7 +151,7 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
         with numba_threads(threads), staged_labels(mask_path if model_path else None, overlay_path, maps) as staging:
             result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
-                                                  colour_weight=colour_weight,
+                                                  colour_weight=colour_weight, extent_margin=extent_margin,
                                                   keep_model=save_model_path is not None, init=init_path,
                                                   background=background, maps=maps, labels_to=staging)
             # every output of the run moves into place together, or none does

@@ -14,5 +14,8 @@ FOREST = {"n_trees": 20, "max_depth": 12, "min_samples_leaf": 3}
 # the held-out IoU is 0.811 / 0.903 against 0.768 / 0.897 without the rounds).
 PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness": 50.0, "colour_weight": 0.3,
            "colour_rounds": 2}
+# extent_margin: a class painted on separate slices reaches at most one spacing of them beyond its outermost ones
+# (chosen among 0.5-2 on 12 validation scans of openkbp-hn: `benchmarks/segment/ct.py --fold 0 --validation
+# --extent-margins ...`); pictures have no bound
 VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.25,
-          "colour_weight": 0.0, "colour_rounds": 0}
+          "colour_weight": 0.0, "colour_rounds": 0, "extent_margin": 1.0}

@@ -12,7 +12,9 @@ the organs plus every 8th row of the slice wherever it is over 2 voxels from any
 over the whole volume, the seconds to compute the features (once per volume), of the first update (every stroke
 but the first organ's top one) and of the update after that last stroke, and for
 scikit-image's `fit_segmenter` (scikit-learn's random forest of 50 trees on `multiscale_basic_features`, sigma
-1-16) its seconds per volume, features included.
+1-16) its seconds per volume, features included. `--stroke-heights` moves the scribbled slices (for example
+0.35,0.5,0.65: a user who paints the organ's middle only); `--extent-margins` scores the session's
+`extent_margin` at other values on the same strokes (inf: no bound).
 
 With `--init-model` (a contour model; with `--fold K` the scans are fold K's test scans of
 `benchmarks/contour/cross_validate.py`'s split, so a model it saved for that fold never saw them) each scan is first
@@ -39,15 +41,16 @@ ORGANS = ("Brainstem", "SpinalCord", "RightParotid", "LeftParotid", "Esophagus",
 BACKGROUND = 8
 
 
-def simulated_scribbles(labels: np.ndarray) -> np.ndarray:
-    """(z, y, x) uint8 scribbles from an organ label map (see the module docstring)."""
+def simulated_scribbles(labels: np.ndarray, heights: tuple[float, ...] = (0.25, 0.5, 0.75)) -> np.ndarray:
+    """(z, y, x) uint8 scribbles from an organ label map (see the module docstring), on the slices at `heights`
+    (shares of each organ's axial extent)."""
     scr = np.zeros(labels.shape, dtype=np.uint8)
     anywhere = labels > 0
     for organ in range(1, len(ORGANS) + 1):
         zs = np.flatnonzero((labels == organ).any(axis=(1, 2)))
         if zs.size == 0:
             continue
-        for q in (0.25, 0.5, 0.75):
+        for q in heights:
             z = int(zs[int(q * (zs.size - 1))])
             inner = ndimage.binary_erosion(labels[z] == organ)
             scr[z][inner if inner.any() else labels[z] == organ] = organ
@@ -124,6 +127,11 @@ def main() -> None:
                              "(the session's local_updates off)")
     parser.add_argument("--colour-weight", type=float, default=None,
                         help="the session's colour rounds' weight (default: the recipe's for volumes, none)")
+    parser.add_argument("--extent-margins", default=None,
+                        help="comma-separated extent margins (inf: no bound) each scored as one more column, from "
+                             "the same session's strokes (the first column keeps the recipe's)")
+    parser.add_argument("--stroke-heights", default="0.25,0.5,0.75",
+                        help="where on each organ's axial extent its strokes are simulated (shares of its height)")
     args = parser.parse_args()
     cases = sorted(args.data.glob("*_ct.nii.gz"))
     if args.fold is not None:  # the same split as benchmarks/contour/cross_validate.py
@@ -139,6 +147,8 @@ def main() -> None:
     cases = cases[: args.cases]
     contourer = localizer = None
     weights = [float(w) for w in args.init_weights.split(",")]
+    heights = tuple(float(q) for q in args.stroke_heights.split(","))
+    margins = [] if args.extent_margins is None else [float(m) for m in args.extent_margins.split(",")]
     if args.init_model is not None:
         from imageforest.apps.contour.api import load_contourer
         from imageforest.apps.contour.recipe import RECIPE
@@ -151,7 +161,7 @@ def main() -> None:
     for ct_path in cases:
         ct = read_image(ct_path)
         labels = read_image(str(ct_path).replace("_ct.nii.gz", "_organs.nii.gz")).array
-        scr = simulated_scribbles(labels)
+        scr = simulated_scribbles(labels, heights)
         t0 = time.perf_counter()
         session = SegmentationSession(ct, colour_weight=args.colour_weight,
                                       colour_rounds=None if args.colour_weight is None else 2,
@@ -175,6 +185,11 @@ def main() -> None:
                "first_result_s": t_first - t0, "stroke_update_s": stroke_s, "update_steps_s": result.timing_s,
                "peer_s": t3 - t2, "dice": {}, "peer_dice": {}, "tuned_peer_dice": {}}
         outcomes = {"dice": result.labels, "peer_dice": peer, "tuned_peer_dice": tuned}
+        recipe_margin = session.extent_margin
+        for m in margins:
+            session.extent_margin = m
+            outcomes[f"margin_{m:g}_dice"] = session.update().labels
+        session.extent_margin = recipe_margin
         if contourer is not None:
             from imageforest.apps.contour.api import contour_scan
             from imageforest.imaging.ct import read_scan
@@ -205,13 +220,14 @@ def main() -> None:
         print(f"{ct_path.name}: features {t1 - t0:.2f} s, first update {row['update_s']:.2f} s, first result "
               f"{row['first_result_s']:.2f} s; after one more stroke {stroke_s:.2f} s "
               f"({', '.join(f'{k} {v:.2f}' for k, v in result.timing_s.items())}), fit_segmenter {t3 - t2:.1f} s")
-    keys = ["dice", "peer_dice", "tuned_peer_dice"]
+    keys = ["dice", "peer_dice", "tuned_peer_dice", *(f"margin_{m:g}_dice" for m in margins)]
     if contourer is not None:
         keys += ["contour_dice", *(f"init_{w:g}_dice" for w in weights)]
+    extra = f" | extent margins {', '.join(map(str, margins))}" if margins else ""
+    if contourer:
+        extra += f" | contour model alone | from its contours at init weights {', '.join(map(str, weights))}"
     print(f"\nDice per organ over {len(rows)} scans (imageforest | scikit-image fit_segmenter as in its example | "
-          "fit_segmenter, all voxels, balanced classes" + (" | contour model alone | from its contours at init "
-                                                            f"weights {', '.join(map(str, weights))}" if contourer
-                                                            else "") + ")")
+          f"fit_segmenter, all voxels, balanced classes{extra})")
     means = []
     for organ in ORGANS:
         cols = [[r[key][organ] for r in rows if organ in r[key]] for key in keys]

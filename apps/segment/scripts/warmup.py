@@ -31,10 +31,12 @@ def segment_samples() -> None:
     session.set_scribbles(strokes())
     session.update()
     session.suggest(3)
-    # a volume: the picture's red channel stacked into 6 slices, the strokes on the middle one
+    # a volume: the picture's red channel stacked into 6 slices, the strokes on the middle one and the object's
+    # on one more (a class painted on separate slices is held near them)
     volume = np.repeat(picture[None, :, :, 0].astype(np.float32), 6, axis=0)
     scribbles = np.zeros(volume.shape, dtype=np.uint8)
     scribbles[3] = strokes()
+    scribbles[1][scribbles[3] == 1] = 1
     session = SegmentationSession(volume, spacing=(3.0, 1.0, 1.0))
     first = scribbles.copy()
     first[3, :, : first.shape[2] // 2] = 0

@@ -385,3 +385,36 @@ def test_a_short_stroke_beside_many_scribbled_pixels_keeps_its_class():
     result = session.update()
     assert list(result.classes) == [1, 2]
     assert np.all(result.labels[12, 19:21, 19:21] == 2) and np.sum(result.labels == 2) < 2000
+
+
+def tube_volume() -> tuple[np.ndarray, np.ndarray]:
+    """A bright tube along z through a whole (40, 24, 24) volume, and strokes of it (1) on slices 15, 20 and 25 with
+    background (2) around it there: the organ a user means stops somewhere, the tube does not."""
+    rng = np.random.default_rng(3)
+    _, yy, xx = np.mgrid[:40, :24, :24]
+    tube = (yy - 12) ** 2 + (xx - 12) ** 2 < 4 ** 2
+    vol = np.where(tube, 80.0, 0.0) + rng.normal(0, 8, tube.shape)
+    scr = np.zeros(tube.shape, dtype=np.int16)
+    for z in (15, 20, 25):
+        scr[z][(yy[z] - 12) ** 2 + (xx[z] - 12) ** 2 < 3 ** 2] = 1
+        ring = ((yy[z] - 12) ** 2 + (xx[z] - 12) ** 2 > 6 ** 2) & ((yy[z] - 12) ** 2 + (xx[z] - 12) ** 2 < 9 ** 2)
+        scr[z][ring] = 2
+    return vol.astype(np.float32), scr
+
+
+def test_a_class_painted_on_slices_reaches_a_spacing_beyond_them():
+    from imageforest.apps.segment.session import stroke_extents
+
+    vol, scr = tube_volume()
+    bounds = stroke_extents(scr, np.array([1, 2]), 2, 1.0)
+    assert bounds == [(0, 0, 10, 30)]  # along z only: in-plane its strokes are one run; the background is free
+    session = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0))
+    session.set_scribbles(scr)
+    along = np.flatnonzero((session.update().labels == 1).any(axis=(1, 2)))
+    assert along[0] >= 10 and along[-1] <= 30 and along.size >= 18
+    session.extent_margin = np.inf  # unbounded, the tube carries the class through the volume
+    along = np.flatnonzero((session.update().labels == 1).any(axis=(1, 2)))
+    assert along[0] == 0 and along[-1] == 39
+    with pytest.raises(InvalidInputError, match="extent_margin"):
+        SegmentationSession(vol, extent_margin=-1.0)
+    assert SegmentationSession(vol).extent_margin == 1.0
