@@ -283,7 +283,7 @@ class SegmentationSession:
             background = self._init_background(classes)
         if self.prepared.kind == "volume" and np.isfinite(self.extent_margin):
             held = classes[-1] if background is None else background
-            bounds = stroke_extents(flat.reshape(self.shape), classes, held, self.extent_margin)
+            bounds = stroke_extents(flat.reshape(self.shape), classes, held, self.extent_margin, index)
             if bounds:  # `pooled` is this update's own array (the pooling's, or the forest posterior's copy)
                 bound_extents(pooled, self.shape, bounds)
         if self.init is not None:
@@ -599,20 +599,29 @@ class SegmentationSession:
         return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
 
 
-def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, margin: float
-                   ) -> list[tuple[int, int, int, int]]:
+def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, margin: float,
+                   index: np.ndarray | None = None) -> list[tuple[int, int, int, int]]:
     """Where each class but `background` may reach: (column k in `classes`, axis, lo, hi), inclusive voxel
     indices, for every axis along which the class's strokes fall into two or more separate runs of slices. The
     reach is the outermost runs widened by `margin` times the mean distance between the runs' centres: strokes
-    spread over an organ's extent at that spacing leave about a spacing of it unpainted at either end.
+    spread over an organ's extent at that spacing leave about a spacing of it unpainted at either end. Strokes
+    that all lie in one slice of some axis (separate lines or blobs on one slice) say nothing of the class's
+    extent, and bound nothing.
 
     scribbles : (z, y, x) int, 0 = not labelled
+    index : the raveled indices of its nonzero voxels, when known (faster than a search of the whole volume)
     """
+    index = np.flatnonzero(scribbles) if index is None else index
+    values = scribbles.ravel()[index]
+    where = np.unravel_index(index, scribbles.shape)
     bounds = []
     for k, c in enumerate(classes):
         if c == background:
             continue
-        cells = np.nonzero(scribbles == c)
+        mine = values == c
+        cells = tuple(w[mine] for w in where)
+        if any(np.ptp(coords) == 0 for coords in cells if coords.size):
+            continue
         for axis, coords in enumerate(cells):
             planes = np.unique(coords)
             breaks = np.flatnonzero(np.diff(planes) > 1)

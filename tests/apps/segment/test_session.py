@@ -418,3 +418,15 @@ def test_a_class_painted_on_slices_reaches_a_spacing_beyond_them():
     with pytest.raises(InvalidInputError, match="extent_margin"):
         SegmentationSession(vol, extent_margin=-1.0)
     assert SegmentationSession(vol).extent_margin == 1.0
+
+
+def test_strokes_on_one_slice_bound_nothing():
+    from imageforest.apps.segment.session import stroke_extents
+
+    scr = np.zeros((10, 20, 20), dtype=np.int16)
+    scr[5, 4:16, 3] = 1  # two separate lines on one axial slice: separate along x, but one slice along z
+    scr[5, 4:16, 9] = 1
+    scr[2, :, :2] = 2
+    assert stroke_extents(scr, np.array([1, 2]), 2, 1.0) == []
+    scr[7, 4:16, 3] = 1  # the same class on a second slice: its extent along z is bounded, x too
+    assert sorted(b[1] for b in stroke_extents(scr, np.array([1, 2]), 2, 1.0)) == [0, 2]
