@@ -59,6 +59,9 @@ def commands() -> None:
               help="In a volume, how far a class painted on separate slices reaches beyond its outermost ones, in "
                    "multiples of their spacing; inf: no bound [default: "
                    f"{VOLUME['extent_margin']:g}; pictures: none].")
+@click.option("--slice-path-scale", type=float, default=None,
+              help="In a volume painted on separate slices, the share of a geodesic step across them that counts "
+                   f"(1: none discounted) [default: {VOLUME['slice_path_scale']:g}].")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
 @click.option("--init", "init_path", type=click.Path(path_type=Path), default=None,
@@ -77,8 +80,8 @@ def commands() -> None:
 def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Path | None, mask_path: Path | None,
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
-            geodesic_weight: float | None, colour_weight: float | None, extent_margin: float | None, trees: int,
-            depth: int, init_path: Path | None, background: int | None,
+            geodesic_weight: float | None, colour_weight: float | None, extent_margin: float | None,
+            slice_path_scale: float | None, trees: int, depth: int, init_path: Path | None, background: int | None,
             json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
@@ -108,8 +111,9 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
     if len(image_list) > 1 or workers is not None or scheduler is not None or resume:
         if init_path is not None:
             raise _fail("--init belongs to one image and its scribbles, not to a batch")
-        if extent_margin is not None:
-            raise _fail("--extent-margin belongs to scribbles; a batch applies the saved model as it is")
+        for flag, given in (("--extent-margin", extent_margin), ("--slice-path-scale", slice_path_scale)):
+            if given is not None:
+                raise _fail(f"{flag} belongs to scribbles; a batch applies the saved model as it is")
         _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
                        colour_weight, mask_path, proba_path, uncertainty_path, overlay_path, json_dir, threads,
                        workers, scheduler, resume)
@@ -152,6 +156,7 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
             result, picture, model = segment_file(image, scribbles_path, model_path, n_trees=trees, max_depth=depth,
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
                                                   colour_weight=colour_weight, extent_margin=extent_margin,
+                                                  slice_path_scale=slice_path_scale,
                                                   keep_model=save_model_path is not None, init=init_path,
                                                   background=background, maps=maps, labels_to=staging)
             # every output of the run moves into place together, or none does

@@ -16,6 +16,7 @@ PICTURE = {**FOREST, "class_weight": None, "geodesic_weight": 0.6, "smoothness":
            "colour_rounds": 2}
 # extent_margin: a class painted on separate slices reaches at most one spacing of them beyond its outermost ones
 # (chosen among 0.5-2 on 12 validation scans of openkbp-hn: `benchmarks/segment/ct.py --fold 0 --validation
-# --extent-margins ...`); pictures have no bound
+# --extent-margins ...`); pictures have no bound. slice_path_scale: geodesic steps across the scribbled slices count
+# half (chosen among 0.3-1 on the same scans: `ct.py --fold 0 --validation --slice-path-scale ...`)
 VOLUME = {**FOREST, "class_weight": "balanced", "geodesic_weight": 0.8, "smoothness": 0.0, "init_weight": 0.25,
-          "colour_weight": 0.0, "colour_rounds": 0, "extent_margin": 1.0}
+          "colour_weight": 0.0, "colour_rounds": 0, "extent_margin": 1.0, "slice_path_scale": 0.5}

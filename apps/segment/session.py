@@ -24,7 +24,9 @@ part through the image's own geometry):
    a class whose strokes lie on separate slices along an axis (an organ painted on a few axial slices) is held
    within `extent_margin` times the spacing of those slices beyond its outermost ones (`stroke_extents`): the
    geodesic transduction alone would carry it along any tissue that continues it (the brainstem into the brain,
-   the larynx into the pharynx) as far as no other stroke stops it;
+   the larynx into the pharynx) as far as no other stroke stops it; and the geodesic paths count only
+   `slice_path_scale` of each step across those slices, so that a class reaches along the axis the strokes sample
+   sparsely as readily as within a slice, where they are dense;
 4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
 5. colour models re-estimated from the cut (GrabCut's iterations; Rother, Kolmogorov and Blake 2004): each class's
    colours in the last labels are fitted by a mixture of Gaussians, whose class posterior p_c is pooled with
@@ -124,15 +126,20 @@ class SegmentationSession:
         its strokes lie on separate slices, in multiples of their mean spacing (step 3); `math.inf`: no bound;
         None: the recipe's for volumes. The background (the largest scribbled number, or the init's) is never
         held. Pictures are not bounded.
+    slice_path_scale : in a volume whose strokes lie on separate slices, the share of a geodesic step across those
+        slices that counts (1: the voxel spacing as it is); None: the recipe's for volumes
     """
 
     def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
                  geodesic_weight: float | None = None, gamma: float = 1.0, smoothness: float | None = None,
                  max_training_pixels: int = 20000, colour_weight: float | None = None,
                  colour_rounds: int | None = None, local_updates: bool = True,
-                 extent_margin: float | None = None) -> None:
+                 extent_margin: float | None = None, slice_path_scale: float | None = None) -> None:
         if extent_margin is not None and not (isinstance(extent_margin, (int, float)) and extent_margin >= 0):
             raise InvalidInputError(f"extent_margin must be a number >= 0 (inf: no bound), got {extent_margin!r}")
+        if slice_path_scale is not None and not (isinstance(slice_path_scale, (int, float))
+                                                 and 0.01 <= slice_path_scale <= 1):
+            raise InvalidInputError(f"slice_path_scale must be a number in [0.01, 1], got {slice_path_scale!r}")
         for name, value, top in (("geodesic_weight", geodesic_weight, 1.0), ("gamma", gamma, 1e3),
                                  ("smoothness", smoothness, MAX_SMOOTHNESS), ("colour_weight", colour_weight, 1.0)):
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= top):
@@ -159,6 +166,8 @@ class SegmentationSession:
         self.colour_rounds = int(recipe["colour_rounds"] if colour_rounds is None else colour_rounds)
         self.max_training_pixels = max_training_pixels
         self.extent_margin = float(recipe.get("extent_margin", np.inf) if extent_margin is None else extent_margin)
+        self.slice_path_scale = float(recipe.get("slice_path_scale", 1.0) if slice_path_scale is None
+                                      else slice_path_scale)
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
         self.init: np.ndarray | None = None
         self.init_weight = INIT_WEIGHT
@@ -168,9 +177,9 @@ class SegmentationSession:
         self.locked: dict[int, np.ndarray] = {}  # class number -> its frozen pixels (raveled bool)
         # the cut's boundary weights depend on the image and the smoothness only: (smoothness, weights)
         self._edges: tuple[float, list[tuple[int, np.ndarray]]] | None = None
-        # each class's last geodesic distances: class number -> (gamma, its seed voxels (sorted raveled indices),
-        # distances (n,) float32); a stroke then costs one sweep of its own class
-        self._geodesic: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
+        # each class's last geodesic distances: class number -> ((gamma, path spacing), its seed voxels (sorted
+        # raveled indices), distances (n,) float32); a stroke then costs one sweep of its own class
+        self._geodesic: dict[int, tuple[tuple, np.ndarray, np.ndarray]] = {}
         self.local_updates = bool(local_updates)
         # the last forest's posterior, for a local update: (forest settings, classes, scribbles (raveled), (n, K))
         self._forest_post: tuple[dict, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -259,10 +268,13 @@ class SegmentationSession:
                                     f"a single class ({classes[0]})") + "; paint at least two classes")
         timing = {}
         t0 = time.perf_counter()
+        background = self._init_background(classes) if self.init is not None else None
+        held = classes[-1] if background is None else background  # the class whose extent is never bounded
+        path_spacing = self._path_spacing(flat, classes, held, index)
         # the geodesic sweeps run beside the forest: an added stroke sweeps one class, on one thread
         sweeps = None
         if self.geodesic_weight > 0:  # on the caller's thread count (a command's --threads), which is per thread
-            sweeps = _SWEEPS.submit(self._geodesic_on_threads, n_threads(), flat, classes)
+            sweeps = _SWEEPS.submit(self._geodesic_on_threads, n_threads(), flat, classes, path_spacing)
         train = self._training_pixels(index, values=flat[index])
         forest = self._new_forest().fit_pixels(self.prepared, train, flat[train])
         p_forest = self._forest_posterior(forest, flat, classes)
@@ -278,11 +290,8 @@ class SegmentationSession:
                        self.geodesic_weight, GEODESIC_FLOOR, pooled, min_per_thread=4096)
         fixed = np.full(flat.size, -1, dtype=np.int64)
         fixed[index] = np.searchsorted(classes, flat[index])
-        background, untouched = None, None
-        if self.init is not None:
-            background = self._init_background(classes)
+        untouched = None
         if self.prepared.kind == "volume" and np.isfinite(self.extent_margin):
-            held = classes[-1] if background is None else background
             bounds = stroke_extents(flat.reshape(self.shape), classes, held, self.extent_margin, index)
             if bounds:  # `pooled` is this update's own array (the pooling's, or the forest posterior's copy)
                 bound_extents(pooled, self.shape, bounds)
@@ -482,8 +491,19 @@ class SegmentationSession:
                     keep[mine[np.argsort(draw[mine], kind="stable")[:least]]] = True
         return index[keep]
 
-    def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray
-                            ) -> tuple[np.ndarray, dict[int, tuple[float, np.ndarray, np.ndarray]]]:
+    def _path_spacing(self, flat: np.ndarray, classes: np.ndarray, held: int, index: np.ndarray) -> np.ndarray:
+        """(z, y, x) mm a geodesic step costs along each axis: the voxel spacing, with the axis across which most
+        classes (but `held`) lie on separate slices scaled by `slice_path_scale`."""
+        spacing = np.array(self.prepared.spacing, dtype=np.float64)
+        if self.prepared.kind != "volume" or self.slice_path_scale == 1.0:
+            return spacing
+        across = [axis for _, axis, _, _ in stroke_extents(flat.reshape(self.shape), classes, held, 0.0, index)]
+        if across:
+            spacing[int(np.bincount(across).argmax())] *= self.slice_path_scale
+        return spacing
+
+    def _geodesic_distances(self, flat: np.ndarray, classes: np.ndarray, spacing: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, dict[int, tuple[tuple, np.ndarray, np.ndarray]]]:
         """(n_voxels, K) float32 geodesic distances D_k from class k's scribbles (`flat`: the scribbles, raveled),
         and the entries of the distance cache to replace (`_geodesic`; the caller commits them, so that an update
         abandoned halfway leaves the cache as it was).
@@ -491,14 +511,17 @@ class SegmentationSession:
         A class whose scribbles did not change since the last update keeps its distances; one whose scribbles only
         grew starts its sweep from them (`geodesic_distances`' `start`: the new strokes' paths are added, none is
         lost, so the distances are never longer than a fresh sweep's); any other class is swept afresh. All the
-        sweeps that remain run together, sharing their step costs."""
+        sweeps that remain run together, sharing their step costs. `spacing`: the (z, y, x) mm of a step
+        (`_path_spacing`; default the voxel spacing)."""
         grid = self.prepared.guide.shape[:3]
+        spacing = np.array(self.prepared.spacing if spacing is None else spacing, dtype=np.float64)
+        key = (self.gamma, tuple(spacing.tolist()))
         known = dict(self._geodesic)
         seeds = {int(c): np.flatnonzero(flat == c) for c in classes}
         todo, fresh = [], []
         for c in seeds:
             entry = known.get(c)
-            if entry is None or entry[0] != self.gamma:
+            if entry is None or entry[0] != key:
                 todo.append(c)
                 fresh.append(True)
             elif not np.array_equal(entry[1], seeds[c]):
@@ -514,18 +537,18 @@ class SegmentationSession:
             box = None
             if self.local_updates and self.prepared.kind == "volume" and not any(fresh):
                 added = np.concatenate([np.setdiff1d(seeds[c], known[c][1], assume_unique=True) for c in todo])
-                reach = np.ceil(LOCAL_REACH_MM / np.asarray(self.prepared.spacing, dtype=np.float64)).astype(int)
+                reach = np.ceil(LOCAL_REACH_MM / spacing).astype(int)
                 box = tuple(slice(max(int(a.min()) - r, 0), min(int(a.max()) + r + 1, n))
                             for a, r, n in zip(np.unravel_index(added, grid), reach, grid, strict=True))
             if box is None:
-                d = geodesic_distances(self.prepared.guide, labels.reshape(grid), len(todo), self.prepared.spacing,
+                d = geodesic_distances(self.prepared.guide, labels.reshape(grid), len(todo), spacing,
                                        self.gamma, passes=self._passes(), start=start.reshape(*grid, len(todo)))
             else:  # within reach of the new strokes; farther voxels keep their distances
                 d = start.reshape(*grid, len(todo))
                 d[box] = geodesic_distances(self.prepared.guide[box], labels.reshape(grid)[box], len(todo),
-                                            self.prepared.spacing, self.gamma, start=d[box])
+                                            spacing, self.gamma, start=d[box])
             d = d.reshape(flat.size, len(todo))
-            new = {c: (self.gamma, seeds[c], np.ascontiguousarray(d[:, j])) for j, c in enumerate(todo)}
+            new = {c: (key, seeds[c], np.ascontiguousarray(d[:, j])) for j, c in enumerate(todo)}
         known.update(new)
         return np.stack([known[int(c)][2] for c in classes], axis=1), new
 
@@ -533,12 +556,12 @@ class SegmentationSession:
         """Raster-scan pairs of a sweep over the whole image (see VOLUME_PASSES)."""
         return VOLUME_PASSES if self.prepared.kind == "volume" else 2
 
-    def _geodesic_on_threads(self, threads: int, flat: np.ndarray, classes: np.ndarray):
+    def _geodesic_on_threads(self, threads: int, flat: np.ndarray, classes: np.ndarray, spacing: np.ndarray):
         """`_geodesic_distances` with numba's kernels on `threads` threads."""
         with numba_threads(threads):
-            return self._geodesic_distances(flat, classes)
+            return self._geodesic_distances(flat, classes, spacing)
 
-    def _commit_geodesic(self, new: dict[int, tuple[float, np.ndarray, np.ndarray]], classes: np.ndarray) -> None:
+    def _commit_geodesic(self, new: dict[int, tuple[tuple, np.ndarray, np.ndarray]], classes: np.ndarray) -> None:
         """Keep the distances of the classes painted now (`new` replacing their old entries)."""
         self._geodesic.update(new)
         for c in set(self._geodesic) - {int(c) for c in classes}:

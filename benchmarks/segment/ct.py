@@ -129,6 +129,8 @@ def main() -> None:
                         help="the session's colour rounds' weight (default: the recipe's for volumes, none)")
     parser.add_argument("--extent-margin", type=float, default=None,
                         help="the session's extent margin (default: the recipe's for volumes; inf: no bound)")
+    parser.add_argument("--slice-path-scale", type=float, default=None,
+                        help="the session's slice path scale (default: the recipe's for volumes; 1: none)")
     parser.add_argument("--extent-margins", default=None,
                         help="comma-separated extent margins (inf: no bound) each scored as one more column, from "
                              "the same session's strokes (the first column keeps the recipe's)")
@@ -167,7 +169,8 @@ def main() -> None:
         t0 = time.perf_counter()
         session = SegmentationSession(ct, colour_weight=args.colour_weight,
                                       colour_rounds=None if args.colour_weight is None else 2,
-                                      local_updates=not args.no_local, extent_margin=args.extent_margin)
+                                      local_updates=not args.no_local, extent_margin=args.extent_margin,
+                                      slice_path_scale=args.slice_path_scale)
         t1 = time.perf_counter()
         # as a user paints: every stroke but the last one (the first organ's top slice), an update, then that
         # stroke and the update it starts

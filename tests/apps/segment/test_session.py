@@ -430,3 +430,29 @@ def test_strokes_on_one_slice_bound_nothing():
     assert stroke_extents(scr, np.array([1, 2]), 2, 1.0) == []
     scr[7, 4:16, 3] = 1  # the same class on a second slice: its extent along z is bounded, x too
     assert sorted(b[1] for b in stroke_extents(scr, np.array([1, 2]), 2, 1.0)) == [0, 2]
+
+
+def test_geodesic_steps_across_the_scribbled_slices_count_less():
+    vol, scr = tube_volume()
+    flat = scr.ravel().astype(np.int64)
+    index = np.flatnonzero(flat)
+    classes = np.unique(flat[index])
+    session = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0))
+    assert session.slice_path_scale == 0.5
+    assert np.allclose(session._path_spacing(flat, classes, 2, index), [1.0, 1.0, 1.0])  # z, across the slices
+    session.set_scribbles(scr)
+    session.update()
+    halved = session._geodesic[1][2].reshape(scr.shape)
+    plain = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0), slice_path_scale=1.0)
+    assert np.allclose(plain._path_spacing(flat, classes, 2, index), [2.0, 1.0, 1.0])
+    plain.set_scribbles(scr)
+    plain.update()
+    full = plain._geodesic[1][2].reshape(scr.shape)
+    # along the tube, 10 slices above the top stroke (the intensity noise costs the same either way)
+    assert full[35, 12, 12] - halved[35, 12, 12] > 5.0  # 20 mm of steps across the slices against 10
+    single = np.zeros_like(scr)
+    single[20] = scr[20]  # strokes on one slice: no axis to discount
+    f1 = single.ravel().astype(np.int64)
+    assert np.allclose(session._path_spacing(f1, classes, 2, np.flatnonzero(f1)), [2.0, 1.0, 1.0])
+    with pytest.raises(InvalidInputError, match="slice_path_scale"):
+        SegmentationSession(vol, slice_path_scale=0.0)
