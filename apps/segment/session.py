@@ -38,10 +38,11 @@ part through the image's own geometry):
 
 Starting from an automatic result (`set_init`: a label map such as `imageforest contour`'s, 0 = background): the
 scribbled organs are corrected, the others stay as they were. The init's map of each scribbled class, softened
-over a voxel, is one more term of the pooling, p proportional to p_init^b p^(1 - b) (b = `init_weight`); strokes
-override it where they disagree; the background strokes' number stands for the init's 0 and for every organ not
-scribbled, whose voxels keep their init label. The labels are then in the init's numbering (0 = background).
-`model` grows an inductive forest on the scribbles plus the confidently transduced pixels, for other images.
+over a voxel and held within [0.2, 0.8] (`INIT_FLOOR`), is one more term of the pooling, p proportional to
+p_init^b p^(1 - b) (b = `init_weight`); strokes override it where they disagree; the background strokes' number
+stands for the init's 0 and for every organ not scribbled, whose voxels keep their init label. The labels are
+then in the init's numbering (0 = background). `model` grows an inductive forest on the scribbles plus the
+confidently transduced pixels, for other images.
 
 Locking a class (`lock`): its pixels in the last result stay exactly as they are through later updates, and no
 other pixel joins it; strokes of other classes inside it and its own strokes outside it are ignored until it is
@@ -75,6 +76,11 @@ MIN_CLASS_PIXELS = 50
 GEODESIC_FLOOR = 1e-3  # mm added to geodesic distances: a scribbled pixel's own class gets p_g ~ 1, not a division by 0
 INIT_WEIGHT = VOLUME["init_weight"]
 INIT_SOFTENING = 1.0  # voxels: the init's class maps are blurred by a Gaussian this wide (its borders are uncertain)
+# The init's class maps are held within [INIT_FLOOR, 1 - INIT_FLOOR]: where the automatic contour misses part of a
+# scribbled organ (its oesophagus often), its absence weighs against the strokes' evidence without vetoing it. On
+# 12 validation CT scans: floor 0 / 0.1 / 0.2 / 0.3 at weight 0.25 gave mean Dice 0.743 / 0.753 / 0.756 / 0.754
+# (the oesophagus 0.50 / 0.65 / 0.68 / 0.69), the scribbles alone 0.747
+INIT_FLOOR = 0.2
 # After a stroke the new forest is applied where the last one was unsure (its largest posterior below
 # LOCAL_SURE), in the LOCAL_STEP^d blocks around the stroke, and around each pixel of a sparse sample (every
 # LOCAL_STEP-th along each axis) where it moves a posterior by more than LOCAL_MOVE (an arg-max that changes by
@@ -398,7 +404,8 @@ class SegmentationSession:
         log_p = np.empty(pooled.shape, dtype=np.float32)
         for k, c in enumerate(classes):
             member = (init == c) if c != background else ~np.isin(init, organs)
-            soft = ndimage.gaussian_filter(member.astype(np.float32), INIT_SOFTENING)
+            soft = INIT_FLOOR + (1.0 - 2.0 * INIT_FLOOR) * ndimage.gaussian_filter(member.astype(np.float32),
+                                                                                 INIT_SOFTENING)
             log_p[:, k] = (b * np.maximum(np.log(np.maximum(soft.ravel(), 1e-30)), low)
                            + (1.0 - b) * np.maximum(np.log(np.maximum(pooled[:, k], 1e-30)), low))
         log_p -= log_p.max(axis=1, keepdims=True)
