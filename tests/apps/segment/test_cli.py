@@ -69,6 +69,12 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
     mask = read_image(tmp_path / "m.nii.gz")
     assert np.allclose(mask.spacing, image.spacing) and np.allclose(mask.origin, image.origin)
     assert 2 * np.sum((mask.array == 1) & ball) / (np.sum(mask.array == 1) + ball.sum()) > 0.85
+    # the session's volume settings reach the command: an unbounded run with undiscounted paths is the same here
+    # (the ball's strokes lie on one slice, so nothing is bounded or discounted)
+    r = run("segment", tmp_path / "v.nii.gz", "--scribbles", tmp_path / "s.nii.gz", "-o", tmp_path / "n.nii.gz",
+            "--extent-margin", "inf", "--slice-path-scale", "1")
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(read_image(tmp_path / "n.nii.gz").array, mask.array)
 
 
 @pytest.mark.parametrize("make_args, message", [
@@ -87,6 +93,12 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
                 "--colour-weight", "1.5"], "colour_weight"),
     (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", r / "pic.png", "-o", r / "out",
                 "--colour-weight", "0.2"], "--colour-weight trains on scribbles"),
+    (lambda r: ["segment", r / "pic.png", "--scribbles", r / "scribbles.png", "-o", r / "x.png",
+                "--extent-margin", "-1"], "--extent-margin must be"),
+    (lambda r: ["segment", r / "pic.png", "--scribbles", r / "scribbles.png", "-o", r / "x.png",
+                "--slice-path-scale", "0"], "slice_path_scale"),
+    (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", r / "pic.png", "-o", r / "out",
+                "--slice-path-scale", "0.5"], "--slice-path-scale belongs to scribbles"),
 ])
 def test_bad_input_is_one_line_and_exit_1(files, make_args, message):
     root, _ = files
