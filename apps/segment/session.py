@@ -276,7 +276,9 @@ class SegmentationSession:
         t0 = time.perf_counter()
         background = self._init_background(classes) if self.init is not None else None
         held = classes[-1] if background is None else background  # the class whose extent is never bounded
-        path_spacing = self._path_spacing(flat, classes, held, index)
+        # each class's runs of stroked slices: the extent bound and the path spacing both read them
+        runs = stroke_runs(flat.reshape(self.shape), classes, held, index) if self.prepared.kind == "volume" else []
+        path_spacing = self._path_spacing(runs)
         # the geodesic sweeps run beside the forest: an added stroke sweeps one class, on one thread
         sweeps = None
         if self.geodesic_weight > 0:  # on the caller's thread count (a command's --threads), which is per thread
@@ -297,8 +299,8 @@ class SegmentationSession:
         fixed = np.full(flat.size, -1, dtype=np.int64)
         fixed[index] = np.searchsorted(classes, flat[index])
         untouched = None
-        if self.prepared.kind == "volume" and np.isfinite(self.extent_margin):
-            bounds = stroke_extents(flat.reshape(self.shape), classes, held, self.extent_margin, index)
+        if runs and np.isfinite(self.extent_margin):
+            bounds = reaches(runs, self.extent_margin, self.shape)
             if bounds:  # `pooled` is this update's own array (the pooling's, or the forest posterior's copy)
                 bound_extents(pooled, self.shape, bounds)
         if self.init is not None:
@@ -498,13 +500,13 @@ class SegmentationSession:
                     keep[mine[np.argsort(draw[mine], kind="stable")[:least]]] = True
         return index[keep]
 
-    def _path_spacing(self, flat: np.ndarray, classes: np.ndarray, held: int, index: np.ndarray) -> np.ndarray:
+    def _path_spacing(self, runs: list[tuple[int, int, int, int, float]]) -> np.ndarray:
         """(z, y, x) mm a geodesic step costs along each axis: the voxel spacing, with the axis across which most
-        classes (but `held`) lie on separate slices scaled by `slice_path_scale`."""
+        classes lie on separate slices (`runs`, from `stroke_runs`) scaled by `slice_path_scale`."""
         spacing = np.array(self.prepared.spacing, dtype=np.float64)
         if self.prepared.kind != "volume" or self.slice_path_scale == 1.0:
             return spacing
-        across = [axis for _, axis, _, _ in stroke_extents(flat.reshape(self.shape), classes, held, 0.0, index)]
+        across = [axis for _, axis, _, _ in reaches(runs, 0.0, self.shape)]
         if across:
             spacing[int(np.bincount(across).argmax())] *= self.slice_path_scale
         return spacing
@@ -629,14 +631,13 @@ class SegmentationSession:
         return forest.fit_pixels(self.prepared, index, values, sample_weight=weight)
 
 
-def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, margin: float,
-                   index: np.ndarray | None = None) -> list[tuple[int, int, int, int]]:
-    """Where each class but `background` may reach: (column k in `classes`, axis, lo, hi), inclusive voxel
-    indices, for every axis along which the class's strokes fall into two or more separate runs of slices. The
-    reach is the outermost runs widened by `margin` times the mean distance between the runs' centres: strokes
-    spread over an organ's extent at that spacing leave about a spacing of it unpainted at either end. Strokes
-    that all lie in one slice of some axis (separate lines or blobs on one slice) say nothing of the class's
-    extent, and bound nothing.
+def stroke_runs(scribbles: np.ndarray, classes: np.ndarray, background: int, index: np.ndarray | None = None
+                ) -> list[tuple[int, int, int, int, float]]:
+    """How each class but `background` is painted across slices: (column k in `classes`, axis, first, last,
+    spacing) for every axis along which the class's strokes fall into two or more separate runs of slices, first
+    and last the outermost runs' outer slices and spacing the mean distance between the runs' centres (voxels).
+    Strokes that all lie in one slice of some axis (separate lines or blobs on one slice) say nothing of the
+    class's extent, and give no runs.
 
     scribbles : (z, y, x) int, 0 = not labelled
     index : the raveled indices of its nonzero voxels, when known (faster than a search of the whole volume)
@@ -644,7 +645,7 @@ def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, 
     index = np.flatnonzero(scribbles) if index is None else index
     values = scribbles.ravel()[index]
     where = np.unravel_index(index, scribbles.shape)
-    bounds = []
+    runs = []
     for k, c in enumerate(classes):
         if c == background:
             continue
@@ -659,11 +660,29 @@ def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, 
                 continue
             starts, ends = planes[np.r_[0, breaks + 1]], planes[np.r_[breaks, planes.size - 1]]
             spacing = ((starts[-1] + ends[-1]) - (starts[0] + ends[0])) / 2.0 / (starts.size - 1)
-            reach = int(np.floor(margin * spacing))
-            lo, hi = max(int(starts[0]) - reach, 0), min(int(ends[-1]) + reach, scribbles.shape[axis] - 1)
-            if lo > 0 or hi < scribbles.shape[axis] - 1:
-                bounds.append((k, axis, lo, hi))
+            runs.append((k, axis, int(starts[0]), int(ends[-1]), float(spacing)))
+    return runs
+
+
+def reaches(runs: list[tuple[int, int, int, int, float]], margin: float, shape: tuple[int, ...]
+            ) -> list[tuple[int, int, int, int]]:
+    """Where each class painted on separate slices (`stroke_runs`) may reach: (column k, axis, lo, hi), inclusive
+    voxel indices of `shape`, its outermost runs widened by `margin` times their spacing (strokes spread over an
+    organ's extent at that spacing leave about a spacing of it unpainted at either end); a reach that spans the
+    whole axis is left out."""
+    bounds = []
+    for k, axis, first, last, spacing in runs:
+        reach = int(np.floor(margin * spacing))
+        lo, hi = max(first - reach, 0), min(last + reach, shape[axis] - 1)
+        if lo > 0 or hi < shape[axis] - 1:
+            bounds.append((k, axis, lo, hi))
     return bounds
+
+
+def stroke_extents(scribbles: np.ndarray, classes: np.ndarray, background: int, margin: float,
+                   index: np.ndarray | None = None) -> list[tuple[int, int, int, int]]:
+    """`reaches` of the classes in `scribbles` (z, y, x), all but `background`: the extent bound of step 3."""
+    return reaches(stroke_runs(scribbles, classes, background, index), margin, scribbles.shape)
 
 
 def bound_extents(pooled: np.ndarray, grid: tuple[int, ...], bounds: list[tuple[int, int, int, int]]) -> None:

@@ -433,18 +433,20 @@ def test_strokes_on_one_slice_bound_nothing():
 
 
 def test_geodesic_steps_across_the_scribbled_slices_count_less():
+    from imageforest.apps.segment.session import stroke_runs
+
     vol, scr = tube_volume()
     flat = scr.ravel().astype(np.int64)
     index = np.flatnonzero(flat)
     classes = np.unique(flat[index])
     session = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0))
     assert session.slice_path_scale == 0.5
-    assert np.allclose(session._path_spacing(flat, classes, 2, index), [1.0, 1.0, 1.0])  # z, across the slices
+    assert np.allclose(session._path_spacing(stroke_runs(scr, classes, 2, index)), [1.0, 1.0, 1.0])  # z, across
     session.set_scribbles(scr)
     session.update()
     halved = session._geodesic[1][2].reshape(scr.shape)
     plain = SegmentationSession(vol, spacing=(2.0, 1.0, 1.0), slice_path_scale=1.0)
-    assert np.allclose(plain._path_spacing(flat, classes, 2, index), [2.0, 1.0, 1.0])
+    assert np.allclose(plain._path_spacing(stroke_runs(scr, classes, 2, index)), [2.0, 1.0, 1.0])
     plain.set_scribbles(scr)
     plain.update()
     full = plain._geodesic[1][2].reshape(scr.shape)
@@ -453,6 +455,6 @@ def test_geodesic_steps_across_the_scribbled_slices_count_less():
     single = np.zeros_like(scr)
     single[20] = scr[20]  # strokes on one slice: no axis to discount
     f1 = single.ravel().astype(np.int64)
-    assert np.allclose(session._path_spacing(f1, classes, 2, np.flatnonzero(f1)), [2.0, 1.0, 1.0])
+    assert np.allclose(session._path_spacing(stroke_runs(single, classes, 2, np.flatnonzero(f1))), [2.0, 1.0, 1.0])
     with pytest.raises(InvalidInputError, match="slice_path_scale"):
         SegmentationSession(vol, slice_path_scale=0.0)
