@@ -24,6 +24,33 @@ def fail(message: str) -> click.ClickException:
     return click.ClickException(message.strip().splitlines()[0] if message.strip() else "failed")
 
 
+def each_scan(scans: list, work, summary) -> tuple[list[dict], int]:
+    """Run `work(k, scan)` -> JSON document on every scan of a command's list, one after the other: progress lines
+    for more than three scans, each document's `summary(document)` on stderr, and a scan that fails reported in one
+    line while the others go on (the suite's errors and OSError by their message, anything else as an internal
+    error). Returns the documents of the scans that succeeded and the number that failed."""
+    from imageforest.exceptions import ImageForestError
+
+    documents, failures = [], 0
+    for k, scan in enumerate(scans):
+        if len(scans) > 3:
+            click.echo(f"[{k + 1}/{len(scans)}] {scan}", err=True)
+        try:
+            document = work(k, scan)
+        except (ImageForestError, OSError) as exc:
+            failures += 1
+            lines = str(exc).strip().splitlines()
+            click.echo(f"Error: {lines[0] if lines else f'{scan}: {type(exc).__name__}'}", err=True)
+            continue
+        except Exception as exc:
+            failures += 1
+            click.echo(f"Error: {scan}: internal error ({type(exc).__name__}: {str(exc).strip()[:200]})", err=True)
+            continue
+        documents.append(document)
+        click.echo(summary(document), err=True)
+    return documents, failures
+
+
 class _LazyGroup(click.Group):
     """A group whose commands are the installed applications', imported on first use."""
 

@@ -19,6 +19,7 @@ from imageforest.apps.contour.dicom import FORMATS, check_dicom_source
 from imageforest.apps.contour.recipe import RECIPE
 from imageforest.apps.localize.cli import split_names
 from imageforest.batches import SCAN_SUFFIXES
+from imageforest.cli import each_scan
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import check_destination, output_stems, plan_outputs
@@ -120,27 +121,19 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
     from imageforest.apps.contour.outputs import ScanOutputs, write_outputs
 
     t_model = time.perf_counter() - t_start
-    documents, failures = [], 0
-    for k, scan in enumerate(scan_list):
-        if len(scan_list) > 3:
-            click.echo(f"[{k + 1}/{len(scan_list)}] {scan}", err=True)
-        try:
-            document, contours, image = contour_file(scan, model, localizer, wanted, probabilities is not None)
-            if not documents:
-                document["timing_s"]["model_load"] = round(t_model, 4)
-            where = ScanOutputs(plans["json"][k], plans["out"][k], plans["probabilities"][k], plans["overlay"][k],
-                                split, fmt)
-            write_outputs(document, contours, image, model.organs, wanted, where, scan.name, __version__)
-        except (ImageForestError, OSError) as exc:
-            failures += 1
-            click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
-            continue
-        except Exception as exc:
-            failures += 1
-            click.echo(f"Error: {scan}: internal error ({type(exc).__name__}: {str(exc).strip()[:200]})", err=True)
-            continue
-        documents.append(document)
-        click.echo(table(document), err=True)
+    written: list[str] = []
+
+    def work(k: int, scan: Path) -> dict:
+        document, contours, image = contour_file(scan, model, localizer, wanted, probabilities is not None)
+        if not written:  # the model's load time goes into the first document written
+            document["timing_s"]["model_load"] = round(t_model, 4)
+        where = ScanOutputs(plans["json"][k], plans["out"][k], plans["probabilities"][k], plans["overlay"][k],
+                            split, fmt)
+        write_outputs(document, contours, image, model.organs, wanted, where, scan.name, __version__)
+        written.append(scan.name)
+        return document
+
+    documents, failures = each_scan(scan_list, work, table)
     if json_out is None and documents:
         click.echo(json.dumps(documents[0] if not many else documents, indent=2))
     if failures:

@@ -18,6 +18,7 @@ import click
 from imageforest.apps.localize.batch import SCAN_SUFFIXES, expand_scan_arguments
 from imageforest.apps.localize.recipe import PARAMETERS as RECIPE  # a plain dict: the flags' defaults
 from imageforest.batch_command import check_cluster_options
+from imageforest.cli import each_scan
 from imageforest.cli import fail as _fail
 from imageforest.exceptions import ImageForestError
 from imageforest.outputs import StagedOutputs, check_destination, output_stems, plan_outputs
@@ -93,34 +94,25 @@ def localize(scans: tuple[str, ...], model_path: Path | None, organs: str | None
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
     t_model = time.perf_counter() - t_start
-    documents = []
-    failures = 0
-    for k, scan in enumerate(scans_list):
-        if len(scans_list) > 3:
-            click.echo(f"[{k + 1}/{len(scans_list)}] {scan}", err=True)
-        try:
-            document, result, image = localize_file(scan, model, wanted)
-            if len(documents) == 0:
-                document["timing_s"]["model_load"] = round(t_model, 4)
-            with StagedOutputs() as staged:  # a scan's outputs move into place together, or none does
-                if plans["json"][k] is not None:
-                    write_json(document, staged.path(plans["json"][k]))
-                if plans["overlay"][k] is not None:
-                    from imageforest.apps.localize.overlay import write_overlay
+    written: list[str] = []
 
-                    write_overlay(result, staged.path(plans["overlay"][k]), title=scan.name, organs=wanted)
-                if plans["mask"][k] is not None:
-                    write_mask(result, image, staged.path(plans["mask"][k]), wanted)
-        except (ImageForestError, OSError) as exc:
-            failures += 1
-            click.echo(f"Error: {str(exc).strip().splitlines()[0]}", err=True)
-            continue
-        except Exception as exc:
-            failures += 1
-            click.echo(f"Error: {scan}: internal error ({type(exc).__name__}: {str(exc).strip()[:200]})", err=True)
-            continue
-        documents.append(document)
-        click.echo(table(document), err=True)
+    def work(k: int, scan: Path) -> dict:
+        document, result, image = localize_file(scan, model, wanted)
+        if not written:  # the model's load time goes into the first document written
+            document["timing_s"]["model_load"] = round(t_model, 4)
+        with StagedOutputs() as staged:  # a scan's outputs move into place together, or none does
+            if plans["json"][k] is not None:
+                write_json(document, staged.path(plans["json"][k]))
+            if plans["overlay"][k] is not None:
+                from imageforest.apps.localize.overlay import write_overlay
+
+                write_overlay(result, staged.path(plans["overlay"][k]), title=scan.name, organs=wanted)
+            if plans["mask"][k] is not None:
+                write_mask(result, image, staged.path(plans["mask"][k]), wanted)
+        written.append(scan.name)
+        return document
+
+    documents, failures = each_scan(scans_list, work, table)
     if out is None and documents:
         shown = documents[0] if not many else documents
         click.echo(json.dumps(shown, separators=(",", ":")) if compact else json.dumps(shown, indent=2))
