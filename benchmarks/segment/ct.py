@@ -41,12 +41,15 @@ ORGANS = ("Brainstem", "SpinalCord", "RightParotid", "LeftParotid", "Esophagus",
 BACKGROUND = 8
 
 
-def simulated_scribbles(labels: np.ndarray, heights: tuple[float, ...] = (0.25, 0.5, 0.75)) -> np.ndarray:
+def simulated_scribbles(labels: np.ndarray, heights: tuple[float, ...] = (0.25, 0.5, 0.75),
+                        organs: list[int] | None = None, avoid: np.ndarray | None = None) -> np.ndarray:
     """(z, y, x) uint8 scribbles from an organ label map (see the module docstring), on the slices at `heights`
-    (shares of each organ's axial extent)."""
+    (shares of each organ's axial extent): strokes for `organs` (default: every organ in the map), background
+    strokes kept over 2 voxels from every organ of the map and from `avoid` (z, y, x) bool (a reviewer's view of
+    the organs kept as they are)."""
     scr = np.zeros(labels.shape, dtype=np.uint8)
-    anywhere = labels > 0
-    for organ in range(1, len(ORGANS) + 1):
+    anywhere = labels > 0 if avoid is None else (labels > 0) | avoid
+    for organ in range(1, len(ORGANS) + 1) if organs is None else organs:
         zs = np.flatnonzero((labels == organ).any(axis=(1, 2)))
         if zs.size == 0:
             continue
@@ -204,7 +207,10 @@ def main() -> None:
             if args.correct_below is not None:  # only the organs a reviewer would correct get scribbles
                 wrong = [k for k in range(1, len(ORGANS) + 1) if (labels == k).any()
                          and dice(automatic == k, labels == k) < args.correct_below]
-                partial = simulated_scribbles(np.where(np.isin(labels, wrong), labels, 0))
+                # strokes on the wrong organs alone; their background strokes stay off the organs kept as they
+                # are, in the reference and in the contours shown, as a reviewer paints around what is right
+                kept = np.isin(automatic, [k for k in range(1, len(ORGANS) + 1) if k not in wrong])
+                partial = simulated_scribbles(labels, heights, organs=wrong, avoid=kept)
                 row["corrected"] = [ORGANS[k - 1] for k in wrong]
                 session.set_scribbles(partial)
             for w in weights:
