@@ -57,9 +57,9 @@ def write_outputs(document: dict, contours: Contours, scan: Image, organs: tuple
                 for k in chosen:
                     mask = Image((labels.array == k + 1).astype("uint8"), labels.spacing, labels.origin,
                                  labels.direction)
-                    write_image(mask, staged.path(where.out / f"{organs[k]}.nii.gz"))
+                    write_image(mask, staged.path(where.out / f"{organs[k]}.nii.gz"), scan.file_orientation)
             elif where.fmt == "nifti":
-                write_image(labels, staged.path(where.out))
+                write_image(labels, staged.path(where.out), scan.file_orientation)
             else:
                 from imageforest.apps.contour.dicom import write_dicom_seg, write_rtstruct
 
@@ -71,7 +71,8 @@ def write_outputs(document: dict, contours: Contours, scan: Image, organs: tuple
             for k in chosen:
                 prob = Image(contours.posterior[k].astype("float32"), labels.spacing, labels.origin,
                              labels.direction)
-                write_image(prob, staged.path(where.probabilities / f"{organs[k]}.nii.gz"))
+                write_image(prob, staged.path(where.probabilities / f"{organs[k]}.nii.gz"),
+                            scan.file_orientation)
         if where.overlay is not None:
             from imageforest.apps.contour.overlay import write_overlay
 

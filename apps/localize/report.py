@@ -91,4 +91,4 @@ def box_label_map(result: Localization, scan: Image, organs: list[str] | None = 
 
 
 def write_mask(result: Localization, scan: Image, path: str | Path, organs: list[str] | None = None) -> None:
-    write_image(box_label_map(result, scan, organs), path)
+    write_image(box_label_map(result, scan, organs), path, scan.file_orientation)  # in the scan file's axes

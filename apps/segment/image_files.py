@@ -175,7 +175,8 @@ def write_labels(labels: np.ndarray, path: str | os.PathLike, image: Image) -> N
         return
     if suffix not in VOLUME_SUFFIXES:
         raise InvalidInputError(f"{path}: write a volume's mask as {', '.join(VOLUME_SUFFIXES)}")
-    write_image(_like(labels.astype(np.uint8 if labels.max() <= 255 else np.uint16), image), path)
+    write_image(_like(labels.astype(np.uint8 if labels.max() <= 255 else np.uint16), image), path,
+                image.file_orientation)
 
 
 @contextmanager
@@ -310,7 +311,7 @@ def write_map(values: np.ndarray, path: str | os.PathLike, image: Image) -> None
         scaled = np.round(values / top * 255.0).astype(np.uint8)
         atomic_write(path, lambda fh: PILImage.fromarray(scaled).save(fh, format="PNG"))
     elif image.ndim == 3 and suffix in VOLUME_SUFFIXES:
-        write_image(_like(values, image), path)
+        write_image(_like(values, image), path, image.file_orientation)
     else:
         kinds = ".npy, .tif, .zarr" + (", .png (a scalar map)" if image.ndim == 2
                                        else ", " + ", ".join(VOLUME_SUFFIXES))

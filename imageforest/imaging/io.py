@@ -1,7 +1,8 @@
 """Reading and writing images with their physical geometry (SimpleITK underneath).
 
 Every image is an `Image`: voxels plus spacing, origin and direction, with 3-D volumes reoriented to LPS (x: patient
-right to left, y: anterior to posterior, z: inferior to superior), as DICOM does. Arrays are indexed (z, y, x);
+right to left, y: anterior to posterior, z: inferior to superior), as DICOM does; the file's own orientation is kept
+(`Image.file_orientation`) so that outputs on its grid are written back in the same axes. Arrays are indexed (z, y, x);
 geometry vectors are (x, y, z). 2-D images (PNG, JPEG, TIFF, BMP, 16-bit depth PNGs in millimetres) are (y, x) with
 2-vectors, or (y, x, channels) for colour.
 
@@ -61,6 +62,9 @@ class Image:
         Columns are the physical directions of the x, y[, z] index axes.
     source : str
         Where the image came from, with any note a reader made (e.g. which DICOM series was picked).
+    file_orientation : str or None
+        For a volume read from a file: the orientation of the file's own index axes (e.g. "RAS"), before the
+        reader turned them to LPS; outputs on its grid are written back in it (`write_image(..., orientation=)`).
     """
 
     array: np.ndarray
@@ -69,6 +73,7 @@ class Image:
     direction: np.ndarray
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    file_orientation: str | None = None
 
     @property
     def ndim(self) -> int:
@@ -370,25 +375,35 @@ def read_image(path: str | os.PathLike, max_points: int | None = None) -> Image:
     direction = np.array(img.GetDirection()).reshape(ndim, ndim)
     if not np.allclose(direction @ direction.T, np.eye(ndim), atol=1e-3):
         raise _fail(path, "has a direction matrix that is not a rotation (axes not orthonormal)")
+    orientation = None
     if ndim == 3:
+        orientation = sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(img.GetDirection())
         img = sitk.DICOMOrient(img, "LPS")
     image = Image.from_sitk(img, source=str(path))
     image.notes = notes
+    image.file_orientation = orientation
     if image.array.dtype.kind == "f" and not np.all(np.isfinite(image.array)):
         raise _fail(path, "contains NaN or infinite voxel values")
     return image
 
 
-def write_image(image: Image, path: str | os.PathLike) -> None:
-    """Write `image` (NIfTI by the path's suffix, e.g. `.nii.gz`) atomically; geometry is preserved."""
+def write_image(image: Image, path: str | os.PathLike, orientation: str | None = None) -> None:
+    """Write `image` (NIfTI by the path's suffix, e.g. `.nii.gz`) atomically; geometry is preserved.
+
+    orientation : for a volume, the orientation its file's index axes take (e.g. a scan's `file_orientation`, so
+        that a label map's voxels line up with the scan's own array, not only in space); None keeps the image's.
+    """
     path = Path(path)
+    written = image.to_sitk()
+    if orientation is not None and image.ndim == 3 and image.array.ndim == 3:
+        written = sitk.DICOMOrient(written, orientation)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist")
     suffix = "".join(path.suffixes) or ".nii.gz"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
-        sitk.WriteImage(image.to_sitk(), tmp, useCompression=True)
+        sitk.WriteImage(written, tmp, useCompression=True)
         if os.path.getsize(tmp) == 0:  # ITK can end without an error on a full disk
             raise OSError(f"{path}: nothing was written (is the disk full?)")
         if is_char_device(path):  # /dev/null and the like: written into, never replaced by a file

@@ -45,6 +45,30 @@ def test_ras_volume_comes_back_in_lps_with_points_in_place(tmp_path):
     assert np.allclose(lps.physical_to_index(where[None])[0], [x, y, z])
 
 
+@pytest.mark.parametrize("orient", ["RAS", "LPI", "SLP", "oblique"])
+def test_outputs_go_back_to_the_file_axes_the_volume_was_read_from(tmp_path, orient):
+    img = _volume().to_sitk()
+    if orient == "oblique":  # a few degrees off axis, with the axes permuted: the closest code is restored
+        img = sitk.PermuteAxes(sitk.DICOMOrient(img, "RAI"), [1, 0, 2])
+        c, s = np.cos(0.07), np.sin(0.07)
+        turn = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+        img.SetDirection(tuple((turn @ np.array(img.GetDirection()).reshape(3, 3)).ravel()))
+    else:
+        img = sitk.DICOMOrient(img, orient) if orient != "SLP" else sitk.PermuteAxes(img, [2, 0, 1])
+    sitk.WriteImage(img, str(tmp_path / "in.nii.gz"))
+    read = read_image(tmp_path / "in.nii.gz")
+    assert np.allclose(read.direction, np.eye(3), atol=0.1)  # in LPS while the tools work on it
+    assert read.file_orientation == sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(
+        img.GetDirection())
+    write_image(read, tmp_path / "out.nii.gz", orientation=read.file_orientation)
+    back = sitk.ReadImage(str(tmp_path / "out.nii.gz"))
+    assert np.array_equal(sitk.GetArrayFromImage(back), sitk.GetArrayFromImage(img))  # the same array order
+    assert np.allclose(back.GetDirection(), img.GetDirection(), atol=1e-6)
+    assert np.allclose(back.GetOrigin(), img.GetOrigin(), atol=1e-4)
+    write_image(read, tmp_path / "lps.nii.gz")  # without an orientation: the image's own, LPS
+    assert np.allclose(sitk.ReadImage(str(tmp_path / "lps.nii.gz")).GetDirection(), read.direction.ravel())
+
+
 def test_resampling_keeps_physical_positions():
     img = _volume()
     img.array[:] = -1000

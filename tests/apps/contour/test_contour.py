@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import SimpleITK as sitk
 from cli_helpers import one_line_error, run
 
 from imageforest.apps.contour.model import OrganContourer
@@ -178,6 +179,24 @@ def test_contour_command_writes_label_map_json_split_probabilities_and_overlay(t
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (root / "split").iterdir()) == ["Brainstem.nii.gz", "Mandible.nii.gz"]
     assert json.loads(r.stdout)["organs"][0]["name"] == "Brainstem"
+
+
+def test_a_scan_stored_in_ras_gets_its_label_map_in_the_same_axes(trained):
+    root, _, _ = trained
+    ras = sitk.DICOMOrient(sitk.ReadImage(str(root / "scan.nii.gz")), "RAS")
+    sitk.WriteImage(ras, str(root / "ras_scan.nii.gz"))
+    lps_out, ras_out = root / "orient" / "lps.nii.gz", root / "orient" / "ras"
+    assert run("contour", root / "scan.nii.gz", "--model", root / "model.npz", "-o", lps_out).exit_code == 0
+    r = run("contour", root / "ras_scan.nii.gz", "--model", root / "model.npz", "-o", ras_out, "--split")
+    assert r.exit_code == 0, r.output
+    lps_labels = sitk.ReadImage(str(lps_out))
+    for mask_path in sorted(ras_out.iterdir()):  # each organ's mask, on the RAS file's grid
+        mask = sitk.ReadImage(str(mask_path))
+        assert mask.GetSize() == ras.GetSize()
+        assert np.allclose(mask.GetDirection(), ras.GetDirection()) and np.allclose(mask.GetOrigin(), ras.GetOrigin())
+        label = ORGANS.index(mask_path.name.split(".")[0]) + 1
+        expected = sitk.GetArrayFromImage(sitk.DICOMOrient(lps_labels, "RAS")) == label
+        assert np.array_equal(sitk.GetArrayFromImage(mask) == 1, expected)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -53,6 +53,16 @@ def test_localize_writes_json_overlay_and_mask(workspace: Path):
     assert labels.array.shape == read_image(scan).array.shape
     assert "Brainstem" in r.stderr  # the readable table
     assert scan.read_bytes() == before  # inputs untouched
+    # a scan stored in RAS gets its mask in RAS too: the same boxes, voxel for voxel in the file's own axes
+    ras = sitk.DICOMOrient(sitk.ReadImage(str(scan)), "RAS")
+    sitk.WriteImage(ras, str(workspace / "ras_ct.nii.gz"))
+    r = run("localize", workspace / "ras_ct.nii.gz", "--model", workspace / "model.npz", "-o", workspace / "r.json",
+            "--mask", workspace / "ras_mask.nii.gz")
+    assert r.exit_code == 0, r.output
+    ras_mask = sitk.ReadImage(str(workspace / "ras_mask.nii.gz"))
+    assert np.allclose(ras_mask.GetDirection(), ras.GetDirection()) and ras_mask.GetSize() == ras.GetSize()
+    assert np.array_equal(sitk.GetArrayFromImage(ras_mask),
+                          sitk.GetArrayFromImage(sitk.DICOMOrient(sitk.ReadImage(str(mask)), "RAS")))
 
 
 def test_localize_several_scans_to_a_folder_and_organ_selection(workspace: Path):

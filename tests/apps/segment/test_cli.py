@@ -75,6 +75,17 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
             "--extent-margin", "inf", "--slice-path-scale", "1")
     assert r.exit_code == 0, r.output
     assert np.array_equal(read_image(tmp_path / "n.nii.gz").array, mask.array)
+    # the volume and its strokes stored in RAS: the mask comes back in RAS, the same voxels in the file's axes
+    for name in ("v", "s"):
+        sitk.WriteImage(sitk.DICOMOrient(sitk.ReadImage(str(tmp_path / f"{name}.nii.gz")), "RAS"),
+                        str(tmp_path / f"{name}_ras.nii.gz"))
+    r = run("segment", tmp_path / "v_ras.nii.gz", "--scribbles", tmp_path / "s_ras.nii.gz", "-o",
+            tmp_path / "m_ras.nii.gz")
+    assert r.exit_code == 0, r.output
+    ras_mask = sitk.ReadImage(str(tmp_path / "m_ras.nii.gz"))
+    assert np.allclose(ras_mask.GetDirection(), np.diag([-1.0, -1.0, 1.0]).ravel())
+    assert np.array_equal(sitk.GetArrayFromImage(ras_mask),
+                          sitk.GetArrayFromImage(sitk.DICOMOrient(sitk.ReadImage(str(tmp_path / "m.nii.gz")), "RAS")))
 
 
 @pytest.mark.parametrize("make_args, message", [
