@@ -1,5 +1,6 @@
 """Overlay PNG for review: for every contoured organ, axial, coronal and sagittal planes through its centre with
-its contour drawn thick and the other organs' thin (the scan's central planes when no organ was found).
+its contour drawn thick and the other organs' thin (the scan's central planes when no organ was found), each cut to
+the body in its plane so that the anatomy fills the panel.
 
 Drawn in radiological display on the scan's voxels reoriented to LPS (patient left on the image's right in axial
 and coronal views, head at the top), with the voxels' true aspect, orientation letters, a 50 mm scale bar and a
@@ -14,7 +15,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from imageforest.apps.contour.model import Contours
-from imageforest.apps.localize.overlay import COLOURS, PANEL_INCHES, VIEWS, panel, save_figure
+from imageforest.apps.localize.overlay import COLOURS, PANEL_INCHES, VIEWS, body_box, panel, save_figure
 from imageforest.imaging.io import Image
 
 
@@ -32,6 +33,12 @@ def _plane(vol: np.ndarray, view: str, centre) -> np.ndarray:
     if view == "coronal":
         return vol[:, centre[1], :]  # rows z, columns x
     return vol[:, :, centre[0]]  # rows z, columns y
+
+
+def _mm(view: str, spacing: np.ndarray) -> tuple[float, float]:
+    """A plane's pixel size along its rows and columns (spacing (x, y, z) mm)."""
+    across, up = {"axial": (0, 1), "coronal": (0, 2), "sagittal": (1, 2)}[view]
+    return float(spacing[up]), float(spacing[across])
 
 
 def _panel(ax, img: np.ndarray, view: str, spacing: np.ndarray, title: str) -> None:
@@ -61,21 +68,25 @@ def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image
     if not rows:
         centre = np.array(vol.shape[::-1]) // 2
         for c, view in enumerate(VIEWS):
-            _panel(axes[0, c], _plane(vol, view, centre), view, spacing, f"no organ contoured - central {view}")
+            img = _plane(vol, view, centre)
+            _panel(axes[0, c], img[body_box(img, _mm(view, spacing))], view, spacing,
+                   f"no organ contoured - central {view}")
     for r, (k, name) in enumerate(rows):
         zz, yy, xx = np.nonzero(labels == k + 1)
         centre = np.array([int(np.median(xx)), int(np.median(yy)), int(np.median(zz))])
         volume = zz.size * float(np.prod(spacing)) / 1000.0
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
-            _panel(ax, _plane(vol, view, centre), view, spacing, f"{name} {view}" + (f" ({volume:.1f} mL)"
-                                                                                     if c == 0 else ""))
             plane = _plane(labels, view, centre)
+            cut = body_box(_plane(vol, view, centre), _mm(view, spacing), plane)  # the panel: body and organs
+            plane = plane[cut]
+            _panel(ax, _plane(vol, view, centre)[cut], view, spacing,
+                   f"{name} {view}" + (f" ({volume:.1f} mL)" if c == 0 else ""))
             for j in np.unique(plane[plane > 0]):
                 ax.contour((plane == j).astype(np.float32), levels=[0.5], colors=[COLOURS[(j - 1) % len(COLOURS)]],
                            linewidths=2.5 if j == k + 1 else 1.0)
             if ref is not None:
-                truth_plane = _plane(ref, view, centre) == k + 1
+                truth_plane = _plane(ref, view, centre)[cut] == k + 1
                 if truth_plane.any():
                     ax.contour(truth_plane.astype(np.float32), levels=[0.5], colors=["white"], linewidths=1.2,
                                linestyles="dashed")

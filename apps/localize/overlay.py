@@ -1,5 +1,5 @@
 """Overlay PNG for review: for every organ found, axial, coronal and sagittal slices through its box centre with
-the box (the scan's central slices when nothing is found).
+the box (the scan's central slices when nothing is found), each cut to the body in its plane.
 
 Drawn on the working grid (isotropic voxels, so no aspect correction), in radiological display: patient left on the
 image's right for axial and coronal views, head at the top for coronal and sagittal views; each panel at least
@@ -25,6 +25,27 @@ PANEL_INCHES, DPI = 6.8, 80  # 544 pixels a panel
 SCALE_MM = 50.0
 # Orientation letters per view: (left edge, right edge, top, bottom) of the displayed slice.
 EDGES = {"axial": ("R", "L", "A", "P"), "coronal": ("R", "L", "S", "I"), "sagittal": ("A", "P", "S", "I")}
+
+
+BODY_HU = -500.0  # voxels above this are the body (air and a masked outside lie below)
+BODY_MARGIN_MM = 10.0
+
+
+def body_box(plane: np.ndarray, mm: tuple[float, float], labels: np.ndarray | None = None) -> tuple[slice, slice]:
+    """(row, column) slices of a plane's body (and labelled pixels), widened by BODY_MARGIN_MM, so that a panel
+    shows the anatomy rather than the scan's empty field of view; `mm` the pixel size along rows and columns; the
+    whole plane when nothing is above BODY_HU and nothing is labelled."""
+    body = plane > BODY_HU
+    if labels is not None:
+        body |= labels > 0
+    if not body.any():
+        return slice(None), slice(None)
+    box = []
+    for axis in (0, 1):
+        along = np.flatnonzero(body.any(axis=1 - axis))
+        pad = int(np.ceil(BODY_MARGIN_MM / float(mm[axis])))
+        box.append(slice(max(0, along[0] - pad), min(plane.shape[axis], along[-1] + pad + 1)))
+    return box[0], box[1]
 
 
 def _to_index(work, points_mm: np.ndarray) -> np.ndarray:
@@ -87,7 +108,8 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
         centre = np.array(vol.shape[::-1]) // 2
         for c, view in enumerate(VIEWS):
             img, _, origin = _slice(vol, view, centre)
-            panel(axes[0, c], img, origin, view, spacing, f"no organ found - central {view} slice")
+            panel(axes[0, c], img[body_box(img, (spacing, spacing))], origin, view, spacing,
+                  f"no organ found - central {view} slice")
     for r, (k, est) in enumerate(rows):
         colour = COLOURS[k % len(COLOURS)]
         lo = _to_index(work, est.box_mm[[0, 2, 4]][None])[0]
@@ -102,11 +124,13 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
             img, (a, b), origin = _slice(vol, view, centre)
-            panel(ax, img, origin, view, spacing,
-                   f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""))
-            for blo, bhi, col, style in boxes:
-                ax.add_patch(Rectangle((blo[a] - 0.5, blo[b] - 0.5), bhi[a] - blo[a] + 1, bhi[b] - blo[b] + 1,
-                                       fill=False, edgecolor=col, linestyle=style, linewidth=2))
+            rows_cut, cols_cut = body_box(img, (spacing, spacing))
+            panel(ax, img[rows_cut, cols_cut], origin, view, spacing,
+                  f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""))
+            for blo, bhi, col, style in boxes:  # in the cut panel's pixels
+                ax.add_patch(Rectangle((blo[a] - (cols_cut.start or 0) - 0.5, blo[b] - (rows_cut.start or 0) - 0.5),
+                                       bhi[a] - blo[a] + 1, bhi[b] - blo[b] + 1, fill=False, edgecolor=col,
+                                       linestyle=style, linewidth=2))
     save_figure(fig, path, n_rows, title + ("   solid: found, dashed: truth" if title and truth is not None else ""))
 
 

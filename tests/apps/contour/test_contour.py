@@ -570,3 +570,16 @@ def test_the_json_warns_of_organs_the_localizer_boxed_but_the_contour_emptied(tr
     assert not contours.labels.array.any() and not any(o["present"] for o in doc["organs"])
     warning = next(w for w in doc["warnings"] if "boxed by the localizer" in w)
     assert all(name in warning for name in boxed)
+
+
+def test_overlay_panels_are_cut_to_the_body_and_the_organs():
+    from imageforest.apps.localize.overlay import body_box
+
+    plane = np.full((50, 60), -1000.0)
+    plane[15:30, 20:40] = 40.0  # the body
+    labels = np.zeros(plane.shape, np.uint8)
+    mm = (5.0, 2.0)  # rows, columns: the 10 mm margin is 2 rows and 5 columns
+    assert body_box(plane, mm, labels) == (slice(13, 32), slice(15, 45))
+    labels[40, 21] = 3  # an organ beyond the body (a masked scan) stays in view
+    assert body_box(plane, mm, labels)[0] == slice(13, 43)
+    assert body_box(np.full(plane.shape, -1000.0), mm) == (slice(None), slice(None))
