@@ -177,6 +177,12 @@ class OrganContourer(EntangledForest):
         turns the check off.
     absence_threshold : float
         The absence probability above which `absence_logit` clears an organ.
+    posterior_calibration : None or (n_organs, 2) floats (a, b)
+        Each organ's posterior share s, as written out (`Contours.posterior`, `--probabilities`) and averaged over
+        its voxels (`mean_posterior`), becomes sigmoid(a logit(s) + b): a map fitted on scans the forest never saw
+        (`benchmarks/contour/calibrate.py`) so that of the voxels given 0.7, about 70% are the organ. The forest's
+        shares over-state the organs (their voxels are drawn far above their share of a scan). The labels are
+        chosen before it and do not change. None keeps the shares.
     prior_maps : bool
         The box atlas read relative to each organ's box is also the forest's first context: the first stage's
         context tests read it as later stages read the posteriors (counted before the forest grows, from the
@@ -195,14 +201,15 @@ class OrganContourer(EntangledForest):
         "background_points": Integer(1, 10_000_000), "background_scale": RealEach(0.0, 1000.0, low_open=True),
         "largest_component": Boolean(), "prior_weight": RealEach(0.0, 100.0), "atlas_bins": Integer(2, 64),
         "posterior_smoothing_mm": Real(0.0, 50.0), "cut_smoothness": RealEach(0.0, 1000.0),
-        "min_expected_share": Real(0.0, 1.0), "absence_logit": Anything(), "absence_threshold": Real(0.0, 1.0)}
+        "min_expected_share": Real(0.0, 1.0), "absence_logit": Anything(), "absence_threshold": Real(0.0, 1.0),
+        "posterior_calibration": Anything()}
 
     def __init__(self, organs=(), *, margin_mm: float = 15.0, crop_mm: float = 25.0, jitter_mm: float = 6.0,
                  organ_points: int = 800, background_points: int = 3000, background_scale=1.0,
                  largest_component: bool = True, prior_weight=0.5, atlas_bins: int = 20,
                  posterior_smoothing_mm: float = 2.0, cut_smoothness=0.0, min_expected_share: float = 0.05,
                  absence_logit=(18.6, -0.9903, -6.228, -28.54, 0.4786), absence_threshold: float = 0.95,
-                 n_trees: int = 8, max_depth: int = 16,
+                 posterior_calibration=None, n_trees: int = 8, max_depth: int = 16,
                  entangled_depths=(), n_candidates: int = 100, n_thresholds: int | None = 16,
                  criterion: str = "entropy", class_weight=None, bootstrap: bool = False, max_samples=None,
                  min_samples_split: int = 2, min_samples_leaf: int = 8, min_gain: float = 0.0, max_offset_mm=60.0,
@@ -231,6 +238,7 @@ class OrganContourer(EntangledForest):
         self.min_expected_share = min_expected_share
         self.absence_logit = absence_logit
         self.absence_threshold = absence_threshold
+        self.posterior_calibration = posterior_calibration
 
     @classmethod
     def from_hyper_parameters(cls, hyper: dict, meta: dict):
@@ -241,9 +249,12 @@ class OrganContourer(EntangledForest):
         hyper.setdefault("cut_smoothness", 0.0)
         hyper.setdefault("min_expected_share", 0.0)
         hyper.setdefault("absence_logit", None)
+        hyper.setdefault("posterior_calibration", None)
         for key in ("background_scale", "prior_weight", "cut_smoothness", "absence_logit"):
             if isinstance(hyper.get(key), list):
                 hyper[key] = tuple(hyper[key])
+        if isinstance(hyper.get("posterior_calibration"), list):
+            hyper["posterior_calibration"] = tuple(tuple(pair) for pair in hyper["posterior_calibration"])
         return super().from_hyper_parameters(hyper, meta)
 
     def extra_metadata(self) -> dict:
@@ -458,6 +469,16 @@ class OrganContourer(EntangledForest):
             drop_unlikely(crop_labels, share, prior, evidence, self._absence_logit(), float(self.absence_threshold))
         return crop_labels, post
 
+    def _calibration(self) -> np.ndarray | None:
+        """`posterior_calibration` checked: (n_organs, 2) float64, or None."""
+        if self.posterior_calibration is None:
+            return None
+        pairs = np.asarray(self.posterior_calibration, dtype=np.float64)
+        if pairs.shape != (len(self.organs), 2) or not np.all(np.isfinite(pairs)) or np.any(pairs[:, 0] <= 0):
+            raise InvalidInputError(f"posterior_calibration: give None or one (a > 0, b) pair per organ "
+                                    f"({len(self.organs)}), got {self.posterior_calibration!r}")
+        return pairs
+
     def _name(self, label: int) -> str:
         return "background" if label == 0 else self.organs[label - 1]
 
@@ -511,7 +532,7 @@ class OrganContourer(EntangledForest):
         labels[z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = crop_labels
         full = np.zeros((len(self.organs), *shape), dtype=np.float32)
         total = np.maximum(post.sum(axis=0), 1e-12)
-        share = post[1:] / total
+        share = calibrated(post[1:] / total, self._calibration())
         full[:, z0:z1 + 1, y0:y1 + 1, x0:x1 + 1] = share
         means = np.array([share[k][crop_labels == k + 1].mean() if np.any(crop_labels == k + 1) else np.nan
                           for k in range(len(self.organs))])
@@ -546,6 +567,20 @@ class _AtlasPriors:
 
     def __getitem__(self, k: int) -> np.ndarray:
         return self.model.box_prior(self.crops[k], self.boxes[k])
+
+
+def calibrated(share: np.ndarray, pairs: np.ndarray | None) -> np.ndarray:
+    """Posterior shares (K, ...) through each organ's sigmoid(a logit(s) + b) (`pairs` (K, 2)); a share of 0
+    (outside the region) stays 0. None: the shares as they are."""
+    if pairs is None:
+        return share
+    out = np.zeros(share.shape, dtype=np.float32)
+    for k, (a, b) in enumerate(pairs):
+        s = share[k]
+        inside = s > 0
+        clipped = np.clip(s[inside], 1e-6, 1.0 - 1e-6).astype(np.float64)
+        out[k][inside] = 1.0 / (1.0 + np.exp(-(a * np.log(clipped / (1.0 - clipped)) + b)))
+    return out
 
 
 def smooth_posteriors(post: np.ndarray, mask: np.ndarray, sigma_voxels: np.ndarray) -> np.ndarray:

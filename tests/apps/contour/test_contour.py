@@ -583,3 +583,37 @@ def test_overlay_panels_are_cut_to_the_body_and_the_organs():
     labels[40, 21] = 3  # an organ beyond the body (a masked scan) stays in view
     assert body_box(plane, mm, labels)[0] == slice(13, 43)
     assert body_box(np.full(plane.shape, -1000.0), mm) == (slice(None), slice(None))
+
+
+def test_posterior_calibration_maps_the_written_posteriors_and_keeps_the_labels(trained, tmp_path):
+    from imageforest.apps.contour.model import calibrated
+
+    _, model, cases = trained
+    ct, _, boxes = cases[4]
+    post, where = model.forest_posteriors(ct, boxes)
+    plain = model.labels_from_posteriors(post, where)
+    pairs = tuple((0.5 + 0.1 * k, -0.3 * k) for k in range(len(ORGANS)))
+    model_cal = OrganContourer(ORGANS, **{**SMALL, "posterior_calibration": pairs})
+    model_cal.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    cal = model_cal.labels_from_posteriors(post, where)
+    assert np.array_equal(cal.labels.array, plain.labels.array)  # the labels are chosen before the calibration
+    k = 1
+    s = plain.posterior[k]
+    inside = s > 0
+    a, b = pairs[k]
+    z = np.log(np.clip(s[inside], 1e-6, 1 - 1e-6) / (1 - np.clip(s[inside], 1e-6, 1 - 1e-6)))
+    assert np.allclose(cal.posterior[k][inside], 1 / (1 + np.exp(-(a * z + b))), atol=1e-5)
+    assert not cal.posterior[k][~inside].any()  # outside the region stays 0
+    mine = plain.labels.array == k + 1
+    assert np.isclose(cal.mean_posterior[k], cal.posterior[k][mine].mean(), atol=1e-5)
+    identity = calibrated(plain.posterior, np.tile([1.0, 0.0], (len(ORGANS), 1)))
+    assert np.allclose(identity, plain.posterior, atol=1e-5)
+    model_cal.model_card_ = {"name": "calibrated", "version": "0"}
+    model_cal.save(tmp_path / "cal.npz")
+    again = OrganContourer.load(tmp_path / "cal.npz")
+    assert np.allclose(np.asarray(again.posterior_calibration), pairs)
+    assert np.allclose(again.labels_from_posteriors(post, where).posterior, cal.posterior)
+    assert OrganContourer.from_hyper_parameters({"organs": ["A"]}, {}).posterior_calibration is None
+    model_cal.posterior_calibration = ((1.0, 0.0),)  # one pair for seven organs
+    with pytest.raises(InvalidInputError, match="posterior_calibration"):
+        model_cal.labels_from_posteriors(post, where)
