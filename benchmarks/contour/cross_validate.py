@@ -42,7 +42,7 @@ from imageforest.imaging.io import read_image
 
 AXIAL_ONLY = ("SpinalCord", "Esophagus")
 AFTER_THE_FOREST = ("background_scale", "prior_weight", "posterior_smoothing_mm", "largest_component", "cut_smoothness",
-                    "min_expected_share", "absence_logit", "absence_threshold")
+                    "min_expected_share", "absence_logit", "absence_threshold", "posterior_calibration")
 # Each forest method: the recipe with these settings changed
 VARIANTS = {"recipe": {}, "entangled": {"entangled_depths": (8, 12)},
             "entangled-ct": {"entangled_depths": (8, 12), "prior_maps": False},

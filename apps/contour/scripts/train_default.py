@@ -31,7 +31,7 @@ from imageforest.imaging.ct_organs import openkbp_cases
 NAME = "openkbp-hn-7-organ-contours"
 # Settings that act after the forest (a model trained before they changed takes them with --atlas-only)
 PREDICTION_SETTINGS = ("background_scale", "prior_weight", "atlas_bins", "posterior_smoothing_mm", "cut_smoothness",
-                       "min_expected_share", "absence_logit", "absence_threshold")
+                       "min_expected_share", "absence_logit", "absence_threshold", "posterior_calibration")
 VERSION = "1"
 SEED = 0
 
