@@ -11,12 +11,16 @@ organ on every scan). Per organ, (a, b) of sigmoid(a logit(s) + b) are fitted by
 under 0.02 sampled one in 20 and weighed 20). On the fold's test scans, before and after: the expected calibration
 error (10 bins of the posterior, voxels weighed alike), the reliability of the bins, and how well each contour's
 mean posterior over its voxels predicts the share of them the reference calls that organ (its precision).
-Prints the pairs for `recipe.py`.
+Prints the pairs for `recipe.py`. With `--pairs` nothing is fitted: given pairs (the recipe's, say) are scored on
+the fold's test scans, and `--boxes-json` takes the test scans' boxes from a `cross_validate.py` box cache (a fold's
+localizer, not saved itself; the absence check then does not run): whether pairs fitted on one fold's forest serve
+another's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,8 +29,8 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST
-from imageforest.apps.contour.api import contour_scan, load_contourer
+from benchmarks.contour.cross_validate import AFTER_THE_FOREST, _boxes_from_cache
+from imageforest.apps.contour.api import back_to_scan, contour_scan, load_contourer, working_scan
 from imageforest.apps.contour.model import calibrated
 from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
@@ -38,10 +42,16 @@ LOW, KEEP_ONE_IN = 0.02, 20
 BINS = np.linspace(0.0, 1.0, 11)
 
 
-def collect(cases, model, localizer, rng):
-    """Per scan: the raw shares (K, z, y, x), the labels and the reference; None where nothing was contoured."""
+def collect(cases, model, localizer, boxes: dict | None = None):
+    """Per scan: its name, its contours (raw shares as `posterior`) and the reference labels; the boxes from the
+    localizer, or from `boxes` (name -> (n_organs, 6) mm) when given."""
     for case in cases:
-        contours, _ = contour_scan(read_scan(case.scan), model, localizer, posterior=True)
+        scan = read_scan(case.scan)
+        if boxes is None:
+            contours, _ = contour_scan(scan, model, localizer, posterior=True)
+        else:
+            work = working_scan(model, scan)
+            contours = back_to_scan(model.contour(work, np.asarray(boxes[case.name], dtype=float)), work, scan)
         truth = np.asarray(read_image(case.labels).array)
         yield case.name, contours, truth
 
@@ -77,7 +87,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data", type=Path)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--localizer", type=Path, required=True)
+    ap.add_argument("--localizer", type=Path, default=None)
+    ap.add_argument("--pairs", default=None, help="score these (a,b;a,b;... one per organ) instead of fitting")
+    ap.add_argument("--boxes-json", type=Path, default=None,
+                    help="with --pairs: the test scans' boxes from a cross_validate.py box cache")
     ap.add_argument("--fold", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--train-cases", type=int, default=80)
@@ -94,11 +107,18 @@ def main() -> None:
     for key in AFTER_THE_FOREST:
         setattr(model, key, recipe[key])
     model.posterior_calibration = None  # fitted on the raw shares
-    localizer = load_localizer(args.localizer)
+    if args.localizer is None and args.boxes_json is None:
+        raise SystemExit("give --localizer, or --pairs with --boxes-json")
+    localizer = None if args.localizer is None else load_localizer(args.localizer)
     organs = list(model.organs)
     rng = np.random.default_rng(0)
+    if args.pairs is not None:
+        pairs = [tuple(float(v) for v in pair.split(",")) for pair in args.pairs.split(";")]
+        boxes = None if args.boxes_json is None else _boxes_from_cache(json.loads(args.boxes_json.read_text())["boxes"])
+        score(test, model, localizer, boxes, np.array(pairs), organs)
+        return
     data = {o: ([], [], []) for o in organs}
-    for name, contours, truth in collect(val, model, localizer, rng):
+    for name, contours, truth in collect(val, model, localizer):
         if contours.posterior is None:
             continue
         for k, o in enumerate(organs):
@@ -117,10 +137,14 @@ def main() -> None:
         s, t, w = (np.concatenate(x) for x in data[o])
         pairs.append(fit_pair(s, t, w))
         print(f"{o}: a {pairs[-1][0]:.3f}, b {pairs[-1][1]:.3f} ({s.size} voxels)", flush=True)
-    table = np.array(pairs)
+    score(test, model, localizer, None, np.array(pairs), organs)
+
+
+def score(test, model, localizer, boxes: dict | None, table: np.ndarray, organs: list[str]) -> None:
+    """Calibration before and after `table` (n_organs, 2) on the test scans, printed."""
     raw = {o: ([], []) for o in organs}
     precision = {o: [] for o in organs}
-    for name, contours, truth in collect(test, model, localizer, rng):
+    for name, contours, truth in collect(test, model, localizer, boxes):
         if contours.posterior is None:
             continue
         cal = calibrated(contours.posterior, table)
@@ -154,7 +178,7 @@ def main() -> None:
         print("    cal " + " ".join(f"{a:.2f}->{b:.2f}" for a, b, _ in bins_after))
     e = np.array(eces)
     print(f"mean ECE {e[:, 0].mean():.4f} -> {e[:, 1].mean():.4f}")
-    print("posterior_calibration = (" + ", ".join(f"({a:.3f}, {b:.3f})" for a, b in pairs) + ")")
+    print("posterior_calibration = (" + ", ".join(f"({a:.3f}, {b:.3f})" for a, b in table) + ")")
 
 
 if __name__ == "__main__":
