@@ -119,6 +119,7 @@ def main() -> None:
     recipe = recipe_for(model.organs)
     for key in AFTER_THE_FOREST:
         setattr(model, key, recipe[key])
+    model.posterior_calibration = None  # the check reads the forest's shares, not the calibrated posteriors
     model.absence_logit = None  # the records are of the contours without the check
     if not args.localizer.is_file():
         from imageforest.apps.localize.training import train_localizer
