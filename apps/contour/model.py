@@ -29,12 +29,13 @@ class Contours:
     Attributes
     ----------
     labels : Image, uint8 (z, y, x); label k + 1 = organ k of the model, 0 background
-    posterior : (n_organs, z, y, x) float32 organ posteriors inside the region (0 elsewhere), or None
+    posterior : (n_organs, z, y, x) float32 organ posteriors inside the region (0 elsewhere; calibrated when the
+        model has a `posterior_calibration`), or None
     region : (6,) int inclusive (x_lo, x_hi, y_lo, y_hi, z_lo, z_hi) voxel bounds of the contoured region, or None
         when no organ was present
     present : (n_organs,) bool, the localizer's presence
-    mean_posterior : (n_organs,) float, each organ's mean posterior over its voxels on the grid the forest ran on
-        (NaN without voxels), or None
+    mean_posterior : (n_organs,) float, each organ's mean posterior (as `posterior`) over its voxels on the grid
+        the forest ran on (NaN without voxels), or None
     """
 
     labels: Image
