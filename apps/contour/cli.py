@@ -177,6 +177,7 @@ def table(document: dict) -> str:
     for row in document["organs"]:
         p = "" if row["mean_posterior"] is None else f"{row['mean_posterior']:.2f}"
         lines.append(f"  {row['name']:<14} {'yes' if row['present'] else 'no':>7} {row['volume_ml']:>11.1f} {p:>7}")
+    lines.extend(f"  warning: {w}" for w in document.get("warnings", []))
     lines.append(f"  {document['timing_s']['total']:.2f} s")
     return "\n".join(lines)
 

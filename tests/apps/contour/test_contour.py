@@ -617,3 +617,21 @@ def test_posterior_calibration_maps_the_written_posteriors_and_keeps_the_labels(
     model_cal.posterior_calibration = ((1.0, 0.0),)  # one pair for seven organs
     with pytest.raises(InvalidInputError, match="posterior_calibration"):
         model_cal.labels_from_posteriors(post, where)
+
+
+def test_organs_of_low_calibrated_mean_posterior_are_named_for_review(trained, tmp_path):
+    root, model, _ = trained
+    r = run("contour", root / "scan.nii.gz", "--model", root / "model.npz", "--json", tmp_path / "plain.json")
+    assert r.exit_code == 0, r.output
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    assert not any("review these first" in w for w in plain["warnings"])  # no calibration: raw shares say little
+    doubtful = OrganContourer(ORGANS, **{**SMALL, "posterior_calibration": tuple((1.0, -8.0) for _ in ORGANS)})
+    doubtful.__dict__.update({k: v for k, v in model.__dict__.items() if k.endswith("_")})
+    doubtful.save(tmp_path / "doubtful.npz")
+    r = run("contour", root / "scan.nii.gz", "--model", tmp_path / "doubtful.npz", "--json", tmp_path / "d.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "d.json").read_text())
+    present = [o["name"] for o in doc["organs"] if o["present"]]
+    assert present and all(o["mean_posterior"] < 0.5 for o in doc["organs"] if o["present"])
+    review = [w for w in doc["warnings"] if "review these first" in w]
+    assert len(review) == 1 and all(name in review[0] for name in present)
