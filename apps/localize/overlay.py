@@ -48,6 +48,16 @@ def body_box(plane: np.ndarray, mm: tuple[float, float], labels: np.ndarray | No
     return box[0], box[1]
 
 
+def _with_boxes(cut: tuple[slice, slice], boxes, a: int, b: int, shape: tuple[int, int]) -> tuple[slice, slice]:
+    """A panel's (row, column) slices widened to hold the boxes drawn on it (their index axes `a` across, `b` up),
+    within the plane's `shape`."""
+    (r0, r1), (c0, c1) = ((s.start or 0, shape[k] if s.stop is None else s.stop) for k, s in enumerate(cut))
+    for lo, hi, *_ in boxes:
+        r0, r1 = min(r0, int(np.floor(lo[b]))), max(r1, int(np.ceil(hi[b])) + 1)
+        c0, c1 = min(c0, int(np.floor(lo[a]))), max(c1, int(np.ceil(hi[a])) + 1)
+    return slice(max(r0, 0), min(r1, shape[0])), slice(max(c0, 0), min(c1, shape[1]))
+
+
 def _to_index(work, points_mm: np.ndarray) -> np.ndarray:
     return work.physical_to_index(points_mm)  # continuous (x, y, z) indices
 
@@ -124,7 +134,7 @@ def write_overlay(result: Localization, path: str | Path, truth: np.ndarray | No
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
             img, (a, b), origin = _slice(vol, view, centre)
-            rows_cut, cols_cut = body_box(img, (spacing, spacing))
+            rows_cut, cols_cut = _with_boxes(body_box(img, (spacing, spacing)), boxes, a, b, img.shape)
             panel(ax, img[rows_cut, cols_cut], origin, view, spacing,
                   f"{est.name} {view}" + (f" (p={est.probability:.2f})" if c == 0 else ""))
             for blo, bhi, col, style in boxes:  # in the cut panel's pixels
