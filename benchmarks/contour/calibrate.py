@@ -9,8 +9,10 @@ never saw) every voxel of the region the forest ran over gives, per organ, its p
 reference labels it that organ (scans whose reference lacks the organ are left out: clinicians do not contour every
 organ on every scan). Per organ, (a, b) of sigmoid(a logit(s) + b) are fitted by maximum likelihood (voxels of share
 under 0.02 sampled one in 20 and weighed 20). On the fold's test scans, before and after: the expected calibration
-error (10 bins of the posterior, voxels weighed alike), the reliability of the bins, and how well each contour's
-mean posterior over its voxels predicts the share of them the reference calls that organ (its precision).
+error (10 bins of the posterior, voxels weighed alike), the reliability of the bins, how well each contour's
+mean posterior over its voxels predicts the share of them the reference calls that organ (its precision), and how
+well a calibrated mean posterior under a threshold names the contours under Dice 0.5 (the review warning of
+`imageforest contour`; its threshold chosen with `--score-split validation`).
 Prints the pairs for `recipe.py`. With `--pairs` nothing is fitted: given pairs (the recipe's, say) are scored on
 the fold's test scans, and `--boxes-json` takes the test scans' boxes from a `cross_validate.py` box cache (a fold's
 localizer, not saved itself; the absence check then does not run): whether pairs fitted on one fold's forest serve
@@ -39,6 +41,7 @@ from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
 
 LOW, KEEP_ONE_IN = 0.02, 20
+REVIEW_THRESHOLDS = (0.4, 0.5, 0.55, 0.6, 0.65)  # the review warning's threshold is chosen among these
 BINS = np.linspace(0.0, 1.0, 11)
 
 
@@ -96,12 +99,17 @@ def main() -> None:
     ap.add_argument("--train-cases", type=int, default=80)
     ap.add_argument("--val-cases", type=int, default=42)
     ap.add_argument("--test-cases", type=int, default=40)
+    ap.add_argument("--score-split", choices=("test", "validation"), default="test",
+                    help="the scans the pairs are scored on (validation: the scans they were fitted on, all of them, "
+                         "for choosing the review warning's threshold)")
     args = ap.parse_args()
     cases, _ = openkbp_cases(args.data)
     fold_of = np.random.default_rng(0).permutation(len(cases)) % args.folds  # cross_validate.py's split
     others = np.flatnonzero(fold_of != args.fold)
     val = [cases[i] for i in others[args.train_cases:args.train_cases + args.val_cases]]
     test = [cases[i] for i in np.flatnonzero(fold_of == args.fold)][: args.test_cases]
+    if args.score_split == "validation":
+        test = [cases[i] for i in others[args.train_cases:]]
     model = load_contourer(args.model)
     recipe = recipe_for(model.organs)
     for key in AFTER_THE_FOREST:
@@ -144,6 +152,7 @@ def score(test, model, localizer, boxes: dict | None, table: np.ndarray, organs:
     """Calibration before and after `table` (n_organs, 2) on the test scans, printed."""
     raw = {o: ([], []) for o in organs}
     precision = {o: [] for o in organs}
+    review = []  # per contour: calibrated mean posterior, Dice
     for name, contours, truth in collect(test, model, localizer, boxes):
         if contours.posterior is None:
             continue
@@ -161,11 +170,16 @@ def score(test, model, localizer, boxes: dict | None, table: np.ndarray, organs:
                 true_share = float(np.mean(truth[mine] == k + 1))
                 precision[o].append((float(contours.posterior[k][mine].mean()), float(cal[k][mine].mean()),
                                      true_share))
+                ref = truth == k + 1
+                review.append((float(cal[k][mine].mean()), float(2 * np.sum(ref & mine) / (ref.sum() + mine.sum()))))
         print(f"test {name}", flush=True)
     print(f"\nper organ on {len(test)} test scans: ECE raw -> calibrated; |mean posterior over the contour - its "
           "precision| raw -> calibrated (median over scans)")
     eces = []
     for k, o in enumerate(organs):
+        if not raw[o][0] or not precision[o]:
+            print(f"  {o:13s} not in these scans' references")
+            continue
         s = np.concatenate(raw[o][0])
         t = np.concatenate(raw[o][1]).astype(np.float64)
         before, bins_before = reliability(s, t)
@@ -179,6 +193,13 @@ def score(test, model, localizer, boxes: dict | None, table: np.ndarray, organs:
     e = np.array(eces)
     print(f"mean ECE {e[:, 0].mean():.4f} -> {e[:, 1].mean():.4f}")
     print("posterior_calibration = (" + ", ".join(f"({a:.3f}, {b:.3f})" for a, b in table) + ")")
+    m, d = np.array(review).T
+    print(f"\nthe calibrated mean posterior as a review signal, {m.size} contours: correlation with Dice "
+          f"{np.corrcoef(m, d)[0, 1]:.2f}; {np.sum(d < 0.5)} under Dice 0.5")
+    for below in REVIEW_THRESHOLDS:
+        named = m < below
+        print(f"  named under {below:g}: {named.sum()} contours, {np.sum(named & (d < 0.5))} of them under Dice 0.5; "
+              f"mean Dice named {d[named].mean() if named.any() else float('nan'):.3f}, others {d[~named].mean():.3f}")
 
 
 if __name__ == "__main__":
