@@ -20,11 +20,10 @@ from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST
+from benchmarks.contour.cross_validate import with_recipe_settings
 from benchmarks.contour.out_of_view import slab
 from imageforest.apps.contour.api import load_contourer, localized
 from imageforest.apps.contour.overlay import write_overlay
-from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
@@ -40,10 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     cases, _ = openkbp_cases(args.data)
     case = next(c for c in cases if c.name == args.case)
-    model = load_contourer(args.model)
-    recipe = recipe_for(model.organs)
-    for key in AFTER_THE_FOREST:
-        setattr(model, key, recipe[key])
+    model = with_recipe_settings(load_contourer(args.model))
     localizer = load_localizer(args.localizer)
     scan = read_scan(case.scan)
     part = slab(scan, 0, int(0.4 * scan.array.shape[0]))

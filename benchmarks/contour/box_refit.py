@@ -30,7 +30,7 @@ from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST, AXIAL_ONLY, _boxes_from_cache
+from benchmarks.contour.cross_validate import AFTER_THE_FOREST, AXIAL_ONLY, _boxes_from_cache, fold_split
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.model import ATLAS_RANGE, OrganContourer, smooth_posteriors
 from imageforest.apps.contour.recipe import recipe_for
@@ -134,7 +134,7 @@ def main() -> None:
     ap.add_argument("--dice", action="store_true", help="also contour in both sets of boxes")
     args = ap.parse_args()
     cases, organs = openkbp_cases(args.data)
-    fold_of = np.random.default_rng(0).permutation(len(cases)) % 5
+    fold_of = fold_split(len(cases))
     val = [int(i) for i in np.flatnonzero(fold_of != 0)][80:80 + args.cases]
     given = _boxes_from_cache(json.loads(
         Path("bench_out/contour_fold0_localizer_boxes_validation.json").read_text())["boxes"])

@@ -31,10 +31,9 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST, _boxes_from_cache
+from benchmarks.contour.cross_validate import _boxes_from_cache, fold_split, with_recipe_settings
 from imageforest.apps.contour.api import back_to_scan, contour_scan, load_contourer, working_scan
 from imageforest.apps.contour.model import calibrated
-from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
@@ -104,16 +103,13 @@ def main() -> None:
                          "for choosing the review warning's threshold)")
     args = ap.parse_args()
     cases, _ = openkbp_cases(args.data)
-    fold_of = np.random.default_rng(0).permutation(len(cases)) % args.folds  # cross_validate.py's split
+    fold_of = fold_split(len(cases), args.folds)
     others = np.flatnonzero(fold_of != args.fold)
     val = [cases[i] for i in others[args.train_cases:args.train_cases + args.val_cases]]
     test = [cases[i] for i in np.flatnonzero(fold_of == args.fold)][: args.test_cases]
     if args.score_split == "validation":
         test = [cases[i] for i in others[args.train_cases:]]
-    model = load_contourer(args.model)
-    recipe = recipe_for(model.organs)
-    for key in AFTER_THE_FOREST:
-        setattr(model, key, recipe[key])
+    model = with_recipe_settings(load_contourer(args.model))
     model.posterior_calibration = None  # fitted on the raw shares
     if args.localizer is None and args.boxes_json is None:
         raise SystemExit("give --localizer, or --pairs with --boxes-json")

@@ -52,6 +52,20 @@ VARIANTS = {"recipe": {}, "entangled": {"entangled_depths": (8, 12)},
 ABSENT = -1e9  # JSON has no NaN: an absent organ's box is cached as this
 
 
+def fold_split(n_cases: int, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """(n_cases,) the fold of each case (in `openkbp_cases` order): the split every contour benchmark shares."""
+    return np.random.default_rng(seed).permutation(n_cases) % folds
+
+
+def with_recipe_settings(model):
+    """`model` (an `OrganContourer`, e.g. a fold's saved forest) with the recipe's settings after the forest, as
+    the shipped model has them; returned for chaining."""
+    recipe = recipe_for(model.organs)
+    for key in AFTER_THE_FOREST:
+        setattr(model, key, recipe[key])
+    return model
+
+
 def _cached_boxes(model, scan) -> list:
     return np.nan_to_num(model.localize(scan).boxes(), nan=ABSENT).tolist()
 
@@ -118,8 +132,7 @@ def main() -> None:
     args = ap.parse_args()
 
     cases, organs = openkbp_cases(args.data)
-    rng = np.random.default_rng(args.seed)
-    fold_of = rng.permutation(len(cases)) % args.folds
+    fold_of = fold_split(len(cases), args.folds, args.seed)
     methods = args.methods.split(",")
     unknown = set(methods) - {*VARIANTS, "atlas"}
     if unknown:

@@ -21,11 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST, AXIAL_ONLY
+from benchmarks.contour.cross_validate import AXIAL_ONLY, fold_split, with_recipe_settings
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.api import contour_scan, load_contourer
 from imageforest.apps.contour.overlay import write_overlay
-from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
@@ -43,12 +42,9 @@ def main() -> None:
     ap.add_argument("-o", "--out", type=Path, default=Path("apps/contour/docs/example.png"))
     args = ap.parse_args()
     cases, _ = openkbp_cases(args.data)
-    fold_of = np.random.default_rng(0).permutation(len(cases)) % args.folds  # cross_validate.py's split
+    fold_of = fold_split(len(cases), args.folds)
     test = [cases[i] for i in np.flatnonzero(fold_of == args.fold)][: args.cases]
-    model = load_contourer(args.model)
-    recipe = recipe_for(model.organs)
-    for key in AFTER_THE_FOREST:
-        setattr(model, key, recipe[key])
+    model = with_recipe_settings(load_contourer(args.model))
     localizer = load_localizer(args.localizer)
     axial = tuple(model.organs.index(o) for o in AXIAL_ONLY if o in model.organs)
     done = []

@@ -31,9 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST
+from benchmarks.contour.cross_validate import fold_split, with_recipe_settings
 from imageforest.apps.contour.api import load_contourer, localized, working_scan
-from imageforest.apps.contour.recipe import recipe_for
 from imageforest.apps.localize.api import load_localizer
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
@@ -47,7 +46,7 @@ def slab(image: Image, z0: int, z1: int) -> Image:
 
 
 def split_cases(cases: list, split: str, n: int) -> list:
-    fold_of = np.random.default_rng(0).permutation(len(cases)) % 5
+    fold_of = fold_split(len(cases))
     if split == "test":
         return [cases[i] for i in np.flatnonzero(fold_of == 0)][:n]
     return [cases[i] for i in np.flatnonzero(fold_of != 0)][80:80 + n]
@@ -69,9 +68,7 @@ def main() -> None:
     use = split_cases(cases, args.split, args.cases)
     model, localizer = load_contourer(args.model), load_localizer(args.localizer)
     if args.recipe_settings:
-        recipe = recipe_for(model.organs)
-        for key in AFTER_THE_FOREST:
-            setattr(model, key, recipe[key])
+        with_recipe_settings(model)
     shares = [float(v) for v in args.shares.split(",")] if args.shares else [float(model.min_expected_share)]
     # per share: absent pairs (given none?), Dice of present pairs in slabs, Dice per organ of whole scans
     absent: dict[float, list[bool]] = {s: [] for s in shares}

@@ -33,10 +33,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AFTER_THE_FOREST
+from benchmarks.contour.cross_validate import fold_split, with_recipe_settings
 from benchmarks.contour.out_of_view import slab, split_cases
 from imageforest.apps.contour.api import load_contourer, localized, working_scan
-from imageforest.apps.contour.recipe import recipe_for
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
 from imageforest.imaging.io import read_image
@@ -115,16 +114,13 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the records here")
     args = ap.parse_args()
     cases, organs = openkbp_cases(args.data)
-    model = load_contourer(args.model)
-    recipe = recipe_for(model.organs)
-    for key in AFTER_THE_FOREST:
-        setattr(model, key, recipe[key])
+    model = with_recipe_settings(load_contourer(args.model))
     model.posterior_calibration = None  # the check reads the forest's shares, not the calibrated posteriors
     model.absence_logit = None  # the records are of the contours without the check
     if not args.localizer.is_file():
         from imageforest.apps.localize.training import train_localizer
 
-        fold_of = np.random.default_rng(0).permutation(len(cases)) % 5
+        fold_of = fold_split(len(cases))
         train = [cases[i] for i in np.flatnonzero(fold_of != 0)][:80]
         t0 = time.perf_counter()
         trained = train_localizer(train, organs)
@@ -170,7 +166,7 @@ def main() -> None:
         return drop
 
     for name, rows in (("validation (fitted here)", val), ("test", test)):
-        share = np.array([0 < r["voxels"] < recipe["min_expected_share"] * r["expected"] for r in rows])
+        share = np.array([0 < r["voxels"] < model.min_expected_share * r["expected"] for r in rows])
         for label, drop in (("min_expected_share alone", share), ("with the absence check", share | check(rows))):
             empty, n, partial, whole = score(rows, drop)
             print(f"{name}, {label}: absent organs left empty {empty:.1%} of {n}, organs partly in view Dice "
