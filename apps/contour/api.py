@@ -149,7 +149,7 @@ def contour_file(path: str | Path, model: OrganContourer, localizer=None, organs
     if emptied:
         document["warnings"].append(f"{', '.join(emptied)}: boxed by the localizer but given no voxels, judged absent "
                                     f"(too few voxels for the box, or the absence check): review the field of view")
-    if getattr(model, "posterior_calibration", None) is not None:  # raw shares over-state every organ
+    if model.posterior_calibration is not None:  # raw shares over-state every organ
         doubtful = [f"{row['name']} ({row['mean_posterior']:.2f})" for row in document["organs"]
                     if row["present"] and row["mean_posterior"] is not None and row["mean_posterior"] < REVIEW_BELOW]
         if doubtful:

@@ -43,9 +43,8 @@ def _mm(view: str, spacing: np.ndarray) -> tuple[float, float]:
 
 def _panel(ax, img: np.ndarray, view: str, spacing: np.ndarray, title: str) -> None:
     """The localizer's panel with the voxels' true aspect (spacing (x, y, z) mm)."""
-    across, up = {"axial": (0, 1), "coronal": (0, 2), "sagittal": (1, 2)}[view]
-    panel(ax, img, "upper" if view == "axial" else "lower", view, float(spacing[across]), title,
-          aspect=float(spacing[up] / spacing[across]))
+    up_mm, across_mm = _mm(view, spacing)
+    panel(ax, img, "upper" if view == "axial" else "lower", view, across_mm, title, aspect=up_mm / across_mm)
 
 
 def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image, title: str = "",
@@ -77,10 +76,10 @@ def write_overlay(contours: Contours, organ_names, path: str | Path, scan: Image
         volume = zz.size * float(np.prod(spacing)) / 1000.0
         for c, view in enumerate(VIEWS):
             ax = axes[r, c]
-            plane = _plane(labels, view, centre)
-            cut = body_box(_plane(vol, view, centre), _mm(view, spacing), plane)  # the panel: body and organs
+            ct, plane = _plane(vol, view, centre), _plane(labels, view, centre)
+            cut = body_box(ct, _mm(view, spacing), plane)  # the panel: body and organs
             plane = plane[cut]
-            _panel(ax, _plane(vol, view, centre)[cut], view, spacing,
+            _panel(ax, ct[cut], view, spacing,
                    f"{name} {view}" + (f" ({volume:.1f} mL)" if c == 0 else ""))
             for j in np.unique(plane[plane > 0]):
                 ax.contour((plane == j).astype(np.float32), levels=[0.5], colors=[COLOURS[(j - 1) % len(COLOURS)]],
