@@ -303,8 +303,9 @@ class SegmentationForest(ClassificationForest):
             for corner in corners:
                 one_tile(corner)
         else:
-            # Tiles side by side, each on one thread: the graph cut holds the GIL and runs on one core, so a tile's
-            # cut overlaps another's features and forest. Each tile's values are those of a serial run.
+            # Tiles side by side, each on one thread: the max-flow is sequential by nature, so a tile's cut runs on
+            # one core while another tile's features and forest use the other. Each tile's values are those of a
+            # serial run.
             def serial_tile(corner: tuple[int, int]) -> None:
                 with numba_threads(1):
                     one_tile(corner)
