@@ -5,8 +5,11 @@ side in one process.
 
 For every set (n training and n held-out points): held-out mean log-likelihood (higher is better) and fit and
 scoring time of
-- `DensityForest()` (the defaults: max_depth="auto", variance_floor="auto", 100 trees),
-- `DensityForest(max_depth=4, variance_floor=1e-3, n_thresholds=16)` (the defaults before the depth was chosen),
+- `DensityForest()` (the defaults: max_depth="auto", variance_floor="auto", leaf_support="auto", 100 trees),
+- `DensityForest(leaf_support="cell")` (the same with every leaf's Gaussian kept in its cell, as before the support
+  was chosen),
+- `DensityForest(max_depth=4, variance_floor=1e-3, n_thresholds=16, leaf_support="cell")` (the defaults before
+  the depth was chosen),
 - the same forest at the default's chosen depth and floor (what the choice costs: fit time against it),
 - scikit-learn's `KernelDensity`, Gaussian kernel, bandwidth by 5-fold cross-validation over 20 values,
 - scikit-learn's `GaussianMixture`, full covariances, 1-12 components by BIC.
@@ -105,23 +108,27 @@ def main() -> None:
     DensityForest(4, max_depth=3, variance_floor=1e-3, random_state=0).fit(np.random.default_rng(0).normal(
         size=(200, 3)))  # compile outside the timings
     print("held-out mean log-likelihood (higher is better); fit / score seconds")
-    print(f"{'data':9s} {'d':>3s} {'forest auto':>12s} {'(D, floor)':>11s} {'forest D=4':>11s} {'KDE-CV':>9s} "
-          f"{'GMM-BIC':>9s}  {'fit: auto':>9s} {'D=4':>6s} {'KDE':>6s} {'GMM':>6s}  {'score: auto':>11s} {'KDE':>6s}")
+    print(f"{'data':9s} {'d':>3s} {'forest auto':>12s} {'(D, floor, support)':>25s} {'cells':>8s} {'D=4':>8s} "
+          f"{'KDE-CV':>9s} {'GMM-BIC':>9s}  {'fit: auto':>9s} {'cells':>6s} {'D=4':>6s} {'KDE':>6s} {'GMM':>6s}  "
+          f"{'score: auto':>11s} {'KDE':>6s}")
     for name, X, Xt in sets(args.sets.split(","), args.n, args.draws):
         auto, t_auto = timed(lambda X=X: DensityForest(random_state=0).fit(X))
+        cells, t_cells = timed(lambda X=X: DensityForest(leaf_support="cell", random_state=0).fit(X))
         old, t_old = timed(lambda X=X: DensityForest(max_depth=4, variance_floor=1e-3, n_thresholds=16,
-                                                     random_state=0).fit(X))
+                                                     leaf_support="cell", random_state=0).fit(X))
         _, t_fixed = timed(lambda X=X, a=auto: DensityForest(max_depth=int(a.depths_[0]),
-                                                             variance_floor=a.variance_floor_, random_state=0).fit(X))
+                                                             variance_floor=a.variance_floor_,
+                                                             leaf_support=a.leaf_support_, random_state=0).fit(X))
         kde, t_kde = timed(lambda X=X: GridSearchCV(KernelDensity(), {"bandwidth": np.logspace(-2, 0.5, 20)},
                                                      cv=5).fit(X).best_estimator_)
         gmm, t_gmm = timed(lambda X=X: min((GaussianMixture(k, random_state=0).fit(X) for k in range(1, 13)),
                                            key=lambda g, X=X: g.bic(X)))
         ll_auto, s_auto = timed(lambda a=auto, Xt=Xt: a.score(Xt))
         ll_kde, s_kde = timed(lambda k=kde, Xt=Xt: k.score(Xt) / len(Xt))
-        ll = {"auto": ll_auto, "old": old.score(Xt), "KDE": ll_kde, "GMM": gmm.score(Xt)}
-        print(f"{name:9s} {X.shape[1]:3d} {ll['auto']:12.3f} {f'({auto.depths_[0]}, {auto.variance_floor_:g})':>11s} "
-              f"{ll['old']:11.3f} {ll['KDE']:9.3f} {ll['GMM']:9.3f}  {t_auto:9.2f} {t_old:6.2f} {t_kde:6.2f} "
+        ll = {"auto": ll_auto, "cells": cells.score(Xt), "old": old.score(Xt), "KDE": ll_kde, "GMM": gmm.score(Xt)}
+        chosen = f"({auto.depths_[0]}, {auto.variance_floor_:g}, {auto.leaf_support_})"
+        print(f"{name:9s} {X.shape[1]:3d} {ll['auto']:12.3f} {chosen:>25s} {ll['cells']:8.3f} {ll['old']:8.3f} "
+              f"{ll['KDE']:9.3f} {ll['GMM']:9.3f}  {t_auto:9.2f} {t_cells:6.2f} {t_old:6.2f} {t_kde:6.2f} "
               f"{t_gmm:6.2f}  {s_auto:11.2f} {s_kde:6.2f}", flush=True)
         print(f"{'':9s} margin of the default over the better peer: {ll['auto'] - max(ll['KDE'], ll['GMM']):+.3f}; "
               f"fit {t_auto / t_fixed:.1f}x a forest fixed at the chosen settings ({t_fixed:.2f} s); selection "

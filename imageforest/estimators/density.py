@@ -9,6 +9,15 @@ Each leaf l of tree t keeps the Gaussian (mu_l, Lambda_l) of its points and thei
 multivariate normal box probability (`gaussian_boxes.box_masses`: exact for one dimension and diagonal
 covariances, otherwise Genz's separation of variables on a lattice, in numba); for oblique and conic cells m_l is a
 Monte Carlo estimate. Either way the standard error of Z_t is reported in `partition_error_`.
+
+That is the leaf support "cell": each leaf's Gaussian lives in its own cell. With the support "space" each leaf's
+Gaussian spreads over the whole input space, and every tree is a Gaussian mixture of its leaves,
+
+    p_t(v) = sum_l pi_l N(v; mu_l, Lambda_l),
+
+normalised by construction (Z_t = 1, no masses to compute). The tree's partition still places the components, but
+the density no longer jumps at the cells' walls, and a held-out point just outside a small cell is not given the
+cell's truncated tail. "auto" (the default) scores both on the held-out fifth that chooses the depth.
 """
 
 from __future__ import annotations
@@ -30,17 +39,23 @@ from imageforest.kernels import njit
 
 MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic cells
 
-# Choosing the depth D and the variance floor from the training data ("auto"): small forests of AUTO_TREES trees
-# grow on a random VALIDATION_SHARE-less part of the points and are scored by the mean log-likelihood of the rest;
-# depths are tried from 1 up until AUTO_PATIENCE depths in a row fail to beat the best, then the floor at the
-# chosen depth in tenfold steps from DEFAULT_FLOOR (down while the score rises, else up). The forest itself then
-# grows on every point with the winners.
-AUTO_TREES = 16
+# Choosing the depth D, the leaf support and the variance floor from the training data ("auto"): small forests of
+# AUTO_TREES trees grow on a random VALIDATION_SHARE-less part of the points and are scored by the mean
+# log-likelihood of the rest, one forest under both supports; each support's depths are tried from 1 up until
+# AUTO_PATIENCE depths in a row fail to beat its best, and the better support is kept. Then the floor at its depth
+# in tenfold steps from DEFAULT_FLOOR (down while the score rises, else up), and, when the floor moved, the depths
+# one either side at the new floor. The forest itself then grows on every point with the winners. 8 trees keep the
+# choice within 3x the fit of the final forest (16 took 2.4-4.1x, with choices no better on four benchmark sets).
+AUTO_TREES = 8
 AUTO_MAX_DEPTH = 20
 AUTO_PATIENCE = 2
 VALIDATION_SHARE = 0.2
 DEFAULT_FLOOR = 1e-3  # relative variance floor (share of the data's mean per-feature variance) the search starts at
 FLOOR_RANGE = (1e-7, 0.1)
+LEAF_SUPPORTS = ("cell", "space")
+# A "space" leaf whose log term lies this far below the best one found for the point in its tree adds less than
+# e^-40 of it and is left out; its quadratic form stops accumulating as soon as it passes that bound.
+NEGLIGIBLE_LOG = 40.0
 
 
 def _log_density(leaf_ids, X, mean, chol_inv, log_norm):
@@ -65,6 +80,63 @@ def _log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, out):  # p
                     acc += chol_inv[leaf, a, b] * (X[i, b] - mean[leaf, b])
                 q += acc * acc
             terms[t] = log_norm[leaf] - 0.5 * q
+        top = terms.max()
+        s = 0.0
+        for t in range(n_trees):
+            s += math.exp(terms[t] - top)
+        out[i] = top + math.log(s / n_trees)
+
+
+def _space_log_density(leaf_ids, X, mean, chol_inv, log_norm, tree_start):
+    """log p(v) = log mean_t sum_{l in tree t} exp(log_norm_l - 0.5 |L_l^-1 (v - mu_l)|^2): (n,). Leaves are
+    numbered tree by tree (tree t's are tree_start[t]:tree_start[t + 1]); v's own leaf leaf_ids[i, t] is scored
+    first, so that the bound on negligible leaves is tight from the start."""
+    out = np.empty(leaf_ids.shape[0])
+    run_ranges(_space_log_density_range, leaf_ids.shape[0], leaf_ids, X, mean, chol_inv, log_norm, tree_start,
+               NEGLIGIBLE_LOG, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _space_log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, tree_start, negligible,
+                             out):  # pragma: no cover - numba
+    n_trees = leaf_ids.shape[1]
+    d = X.shape[1]
+    terms = np.empty(n_trees)
+    for i in range(i0, i1):
+        for t in range(n_trees):
+            own = leaf_ids[i, t]
+            q = 0.0
+            for a in range(d):
+                acc = 0.0
+                for b in range(a + 1):
+                    acc += chol_inv[own, a, b] * (X[i, b] - mean[own, b])
+                q += acc * acc
+            top = log_norm[own] - 0.5 * q
+            s = 1.0  # sum of exp(term - top) over the leaves scored so far
+            for leaf in range(tree_start[t], tree_start[t + 1]):
+                if leaf == own or log_norm[leaf] == -np.inf:  # the second: a leaf of zero weight
+                    continue
+                limit = 2.0 * (log_norm[leaf] - top + negligible)  # q beyond which the leaf is negligible
+                if limit <= 0.0:
+                    continue
+                q = 0.0
+                for a in range(d):
+                    acc = 0.0
+                    for b in range(a + 1):
+                        acc += chol_inv[leaf, a, b] * (X[i, b] - mean[leaf, b])
+                    q += acc * acc
+                    if q > limit:
+                        break
+                if q > limit:
+                    continue
+                term = log_norm[leaf] - 0.5 * q
+                if term > top:
+                    s = s * math.exp(top - term) + 1.0
+                    top = term
+                else:
+                    s += math.exp(term - top)
+            terms[t] = top + math.log(s)
         top = terms.max()
         s = 0.0
         for t in range(n_trees):
@@ -108,6 +180,10 @@ class DensityForest(UnsupervisedForestBase):
         Added to every leaf Gaussian's variances (and to the split gain's), as a share of the data's mean
         per-feature variance: a leaf of few points otherwise gets a spiky Gaussian. "auto" chooses it after the
         depth (module notes); `variance_floor_` holds the value used.
+    leaf_support : "auto", "cell" or "space"
+        Where each leaf's Gaussian lives (module notes): its own cell (the monograph's eq. 5.3), or the whole
+        space, each tree then a Gaussian mixture of its leaves. "auto" (the default) chooses with the depth, by
+        held-out log-likelihood; `leaf_support_` holds the one used.
     n_thresholds : int or None
         K, random thresholds tried per feature and node; 2 (strongly randomised trees, whose average is smoother)
         was the best or within 0.004 of it on the internal validation splits of four benchmark sets, against 1, 4
@@ -120,23 +196,28 @@ class DensityForest(UnsupervisedForestBase):
     ----------
     depths_ : (n_trees,) int, each tree's chosen depth D (the one given, or chosen)
     variance_floor_ : float, the relative variance floor used
+    leaf_support_ : str, "cell" or "space"
     selection_ : dict, validation mean log-likelihoods of the candidates tried: {"depth": {D: ll}, "floor":
-        {floor: ll}} (empty for settings that were given)
+        {floor: ll}}, and with both supports tried their depths' scores apart ("depth:cell", "depth:space");
+        empty for settings that were given
     """
 
     task = "density"
     _estimator_kind = "density_estimator"
     parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "max_depth": Either(rules=(Integer(0, allow_none=True), Options(choices=("auto",)))),
-        "variance_floor": Either(rules=(Real(0.0, 1.0, low_open=True), Options(choices=("auto",))))}
+        "variance_floor": Either(rules=(Real(0.0, 1.0, low_open=True), Options(choices=("auto",)))),
+        "leaf_support": Options(choices=("auto", *LEAF_SUPPORTS))}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | str | None = "auto", variance_floor="auto",
-                 weak_learner: str = "axis", n_candidates="all", n_thresholds: int | None = 2,
-                 bootstrap: bool = False, max_samples=None, min_samples_split: int = 10, min_samples_leaf: int = 5,
-                 min_gain: float = 0.0, random_state=None, n_jobs: int | None = None) -> None:
+                 leaf_support: str = "auto", weak_learner: str = "axis", n_candidates="all",
+                 n_thresholds: int | None = 2, bootstrap: bool = False, max_samples=None, min_samples_split: int = 10,
+                 min_samples_leaf: int = 5, min_gain: float = 0.0, random_state=None,
+                 n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
         self.variance_floor = variance_floor
+        self.leaf_support = leaf_support
         self.weak_learner = weak_learner
         self.n_candidates = n_candidates
         self.n_thresholds = n_thresholds
@@ -154,19 +235,20 @@ class DensityForest(UnsupervisedForestBase):
         forests on four fifths of X choose them first (`selection_`)."""
         X, sw = self._prepare_fit(X, sample_weight)
         check_params(self)
-        depth, floor, selection = self._choose_settings(X, sw)
-        self._fit_with(X, sw, depth, floor)
+        depth, floor, support, selection = self._choose_settings(X, sw)
+        self._fit_with(X, sw, depth, floor, support)
         self.depths_ = np.full(self.forest_.n_trees, -1 if depth is None else depth, dtype=np.int64)
         self.variance_floor_ = float(floor)
         self.selection_ = selection
         return self
 
-    def _choose_settings(self, X: np.ndarray, sw: np.ndarray) -> tuple[int | None, float, dict]:
-        """(depth, relative variance floor, validation scores) for the final forest."""
+    def _choose_settings(self, X: np.ndarray, sw: np.ndarray) -> tuple[int | None, float, str, dict]:
+        """(depth, relative variance floor, leaf support, validation scores) for the final forest."""
         auto_depth, auto_floor = self.max_depth == "auto", self.variance_floor == "auto"
         floor = DEFAULT_FLOOR if auto_floor else float(self.variance_floor)
-        if not (auto_depth or auto_floor):
-            return self.max_depth, floor, {}
+        supports = LEAF_SUPPORTS if self.leaf_support == "auto" else (self.leaf_support,)
+        if not (auto_depth or auto_floor or len(supports) > 1):
+            return self.max_depth, floor, supports[0], {}
         n = X.shape[0]
         n_val = max(1, round(VALIDATION_SHARE * n))
         if n - n_val < 2 * self.min_samples_leaf:
@@ -177,47 +259,70 @@ class DensityForest(UnsupervisedForestBase):
         val, fit = perm[:n_val], perm[n_val:]
         seed = int(rng.integers(2**31))
 
-        def score(depth: int | None, rel_floor: float) -> tuple[float, int]:
+        def score(depth: int | None, rel_floor: float, kinds: tuple[str, ...]) -> tuple[dict[str, float], int]:
+            """Validation mean log-likelihood of a small forest under each leaf support in `kinds` (one forest
+            serves them all), and the depth its trees reached."""
             probe = DensityForest(min(int(self.n_trees), AUTO_TREES), max_depth=depth, variance_floor=rel_floor,
+                                  leaf_support="cell" if "cell" in kinds else "space",
                                   **{k: getattr(self, k) for k in ("weak_learner", "n_candidates", "n_thresholds",
                                                                    "bootstrap", "max_samples", "min_samples_split",
                                                                    "min_samples_leaf", "min_gain", "n_jobs")},
                                   random_state=seed)
             probe.fit(X[fit], sample_weight=sw[fit])
-            ll = probe.score_samples(X[val])
-            return float(np.average(ll, weights=sw[val])), int(probe.forest_.depth.max())
+            lls = {kind: float(np.average(probe._score_as(X[val], kind), weights=sw[val])) for kind in kinds}
+            return lls, int(probe.forest_.depth.max())
 
         selection: dict = {}
-        depth = self.max_depth
-        if auto_depth:
-            tried: dict[int, float] = {}
-            best, since = -np.inf, 0
+        if auto_depth:  # each support's depths from 1 up until it was worse twice, or the trees stopped growing
+            tried: dict[str, dict[int, float]] = {kind: {} for kind in supports}
+            since = dict.fromkeys(supports, 0)
+            active = supports
             for d in range(1, AUTO_MAX_DEPTH + 1):
-                tried[d], reached = score(d, floor)
-                if tried[d] > best:
-                    best, depth, since = tried[d], d, 0
-                else:
-                    since += 1
-                if since >= AUTO_PATIENCE or reached < d:  # worse twice, or the trees stopped growing
+                lls, reached = score(d, floor, active)
+                for kind, ll in lls.items():
+                    since[kind] = 0 if ll > max(tried[kind].values(), default=-np.inf) else since[kind] + 1
+                    tried[kind][d] = ll
+                active = tuple(kind for kind in supports if since[kind] < AUTO_PATIENCE)
+                if not active or reached < d:
                     break
-            selection["depth"] = tried
+            depths = {kind: max(tried[kind], key=tried[kind].get) for kind in supports}
+        else:
+            lls = score(self.max_depth, floor, supports)[0]
+            tried = {kind: {-1 if self.max_depth is None else self.max_depth: lls[kind]} for kind in supports}
+            depths = dict.fromkeys(supports, self.max_depth)
+        support = max(supports, key=lambda kind: max(tried[kind].values()))
+        depth = depths[support]
+        floors = {floor: max(tried[support].values())}
         if auto_floor:  # tenfold steps from the default, down while the score rises, else up while it rises
-            floors = {floor: selection["depth"][depth] if auto_depth else score(depth, floor)[0]}
             for step in (0.1, 10.0):
                 current = floor
                 while FLOOR_RANGE[0] <= current * step <= FLOOR_RANGE[1]:
-                    floors[current * step] = score(depth, current * step)[0]
+                    floors[current * step] = score(depth, current * step, (support,))[0][support]
                     if floors[current * step] <= floors[current]:
                         break
                     current *= step
                 if current != floor:
                     break
-            floor = max(floors, key=floors.get)
+            chosen = max(floors, key=floors.get)
+            if auto_depth and chosen != floor:  # the depth again at the new floor, one step either way
+                tried_again = {depth: floors[chosen]}
+                for d in (depth + 1, depth - 1):
+                    if d >= 1:
+                        tried_again[d] = score(d, chosen, (support,))[0][support]
+                depth = max(tried_again, key=tried_again.get)
+                selection["depth_at_floor"] = tried_again
+            floor = chosen
+        if auto_depth:
+            selection["depth"] = tried[support]
+        if auto_floor:
             selection["floor"] = floors
-        return depth, floor, selection
+        if len(supports) > 1:
+            selection.update({f"depth:{kind}": tried[kind] for kind in supports})
+        return depth, floor, support, selection
 
-    def _fit_with(self, X: np.ndarray, sw: np.ndarray, depth: int | None, floor: float) -> None:
-        """Grow the trees at `depth` with the relative variance `floor` and set the leaves' densities."""
+    def _fit_with(self, X: np.ndarray, sw: np.ndarray, depth: int | None, floor: float, support: str) -> None:
+        """Grow the trees at `depth` with the relative variance `floor` and set the leaves' densities with their
+        Gaussians on `support`."""
         X64 = X.astype(np.float64)
         objective = Objective.regression(X64, "gaussian", relative_floor=floor)
         given = self.max_depth
@@ -237,20 +342,26 @@ class DensityForest(UnsupervisedForestBase):
         self.leaf_mean_ = mean
         self.leaf_cov_ = cov
         self.leaf_share_ = leaf_w / tree_w[f.leaf_tree]
-        self._set_partition(X)
+        self.leaf_support_ = support
+        self._set_partition()
 
     # -- partition function -------------------------------------------------------------------------------
-    def _set_partition(self, X: np.ndarray) -> None:
+    def _set_partition(self) -> None:
+        """Each leaf's Gaussian mass in its cell and each tree's normaliser Z_t (both 1 on the "space" support)."""
         f = self.forest_
         d = self.n_features_in_
         if self.weak_learner == "axis":
-            lo, hi = axis_cells(f, d)
+            self.cell_lo_, self.cell_hi_ = axis_cells(f, d)
+        if self.leaf_support_ == "space":
+            mass, mass_se = np.ones(f.n_leaves), np.zeros(f.n_leaves)
+        elif self.weak_learner == "axis":
             with numba_threads(self.n_jobs):
-                mass, mass_se = box_masses(self.leaf_mean_, self.leaf_cov_, lo, hi)
-            self.cell_lo_, self.cell_hi_ = lo, hi
+                mass, mass_se = box_masses(self.leaf_mean_, self.leaf_cov_, self.cell_lo_, self.cell_hi_)
         else:
             mass, mass_se = self._monte_carlo_mass(np.random.default_rng(self.random_state))
         z = np.bincount(f.leaf_tree, weights=self.leaf_share_ * mass, minlength=f.n_trees)
+        if self.leaf_support_ == "space":
+            z = np.ones(f.n_trees)  # the shares' sum, exactly
         self.leaf_mass_ = mass
         self.partition_ = z
         self.partition_error_ = np.sqrt(np.bincount(f.leaf_tree, weights=(self.leaf_share_ * mass_se) ** 2,
@@ -276,22 +387,33 @@ class DensityForest(UnsupervisedForestBase):
         return mass, np.sqrt(mass * (1 - mass) / MC_SAMPLES)
 
     def _prepare_density(self) -> None:
-        d = self.n_features_in_
         chol = np.linalg.cholesky(self.leaf_cov_)
         self._chol_inv = np.ascontiguousarray(np.linalg.inv(chol))
-        logdet = 2 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        self._logdet = 2 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+
+    def _log_norm(self, support: str) -> np.ndarray:
+        """log(pi_l / Z_t) - 0.5 log det Lambda_l - d/2 log(2 pi) per leaf, on `support` (Z_t = 1 on "space")."""
+        z = 0.0 if support == "space" else np.log(self.partition_[self.forest_.leaf_tree])
         with np.errstate(divide="ignore"):
-            self._log_norm = (np.log(self.leaf_share_) - np.log(self.partition_[self.forest_.leaf_tree])
-                              - 0.5 * logdet - 0.5 * d * math.log(2 * math.pi))
+            return (np.log(self.leaf_share_) - z - 0.5 * self._logdet
+                    - 0.5 * self.n_features_in_ * math.log(2 * math.pi))
 
     # -- queries ------------------------------------------------------------------------------------------
     def score_samples(self, X) -> np.ndarray:
         """log p(v) per sample, shape (n_samples,) (eq. 5.6)."""
-        X = self._checked_input(X)
+        return self._score_as(self._checked_input(X), self.leaf_support_)
+
+    def _score_as(self, X: np.ndarray, support: str) -> np.ndarray:
+        """log p(v) of checked X with the leaves' Gaussians on `support` ("space" needs no masses; "cell" needs
+        the forest's own)."""
         leaves = self._apply_checked(X)
+        X64 = np.ascontiguousarray(X, dtype=np.float64)
         with numba_threads(self.n_jobs):
-            return _log_density(leaves, np.ascontiguousarray(X, dtype=np.float64), self.leaf_mean_, self._chol_inv,
-                                self._log_norm)
+            if support == "cell":
+                return _log_density(leaves, X64, self.leaf_mean_, self._chol_inv, self._log_norm("cell"))
+            tree_start = np.searchsorted(self.forest_.leaf_tree, np.arange(self.forest_.n_trees + 1))
+            return _space_log_density(leaves, X64, self.leaf_mean_, self._chol_inv, self._log_norm("space"),
+                                      tree_start.astype(np.int64))
 
     def score(self, X, y=None) -> float:
         """Mean log-likelihood of X."""
@@ -301,7 +423,8 @@ class DensityForest(UnsupervisedForestBase):
         """Draw (n_samples, n_features) points from p(v).
 
         Alg. 5.1 with the exact leaf probabilities: a tree uniformly, then leaf l with probability
-        pi_l m_l / Z_t (the leaf's share of p_t), then its Gaussian truncated to the cell (by rejection).
+        pi_l m_l / Z_t (the leaf's share of p_t), then its Gaussian truncated to the cell (by rejection); on the
+        "space" support (m_l = Z_t = 1) the leaf by pi_l, then its Gaussian.
         """
         self.check_fitted()
         if not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
@@ -335,6 +458,8 @@ class DensityForest(UnsupervisedForestBase):
         raise RuntimeError("sampling did not converge: a leaf cell holds almost none of its Gaussian")
 
     def _in_cell(self, pts: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+        if self.leaf_support_ == "space":  # the leaf's Gaussian is not truncated
+            return np.ones(pts.shape[0], dtype=bool)
         if self.weak_learner == "axis":
             return np.all((pts > self.cell_lo_[leaves]) & (pts <= self.cell_hi_[leaves]), axis=1)
         reached = self._apply_checked(np.ascontiguousarray(pts, dtype=np.float32))
@@ -348,8 +473,10 @@ class DensityForest(UnsupervisedForestBase):
         pi_l / Z_t * N(x*; mu_x, Sigma_xx), nonzero only where x* lies in the cell.
         """
         self.check_fitted()
-        if self.weak_learner != "axis":
-            raise InvalidInputError("conditionals need axis-aligned cells (weak_learner='axis')")
+        space = self.leaf_support_ == "space"
+        if self.weak_learner != "axis" and not space:
+            raise InvalidInputError("conditionals need axis-aligned cells (weak_learner='axis') or leaves on the "
+                                    "whole space (leaf_support='space')")
         d = self.n_features_in_
         if not 0 <= y_dim < d or d < 2:
             raise InvalidInputError(f"y_dim must index one of the {d} features, and there must be at least two")
@@ -368,11 +495,15 @@ class DensityForest(UnsupervisedForestBase):
         z = np.linalg.solve(chol[None], diff[..., None])[..., 0]
         log_marg = (-0.5 * np.sum(z * z, axis=-1) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
                     - 0.5 * len(xs) * math.log(2 * math.pi))
-        inside = np.all((x[:, None, :] > self.cell_lo_[None, :, xs]) & (x[:, None, :] <= self.cell_hi_[None, :, xs]),
-                        axis=2)
+        if space:  # every leaf's Gaussian reaches every point
+            lo = np.full((mu.shape[0], d), -np.inf)
+            hi = np.full((mu.shape[0], d), np.inf)
+        else:
+            lo, hi = self.cell_lo_, self.cell_hi_
+        inside = np.all((x[:, None, :] > lo[None, :, xs]) & (x[:, None, :] <= hi[None, :, xs]), axis=2)
         share = self.leaf_share_ / self.partition_[self.forest_.leaf_tree]
         weight = np.where(inside, share[None] * np.exp(log_marg), 0.0)
-        return weight, cond_mean, sd, self.cell_lo_[:, y_dim], self.cell_hi_[:, y_dim]
+        return weight, cond_mean, sd, lo[:, y_dim], hi[:, y_dim]
 
     def conditional_pdf(self, x_values, y_grid, y_dim: int = -1) -> np.ndarray:
         """p(y | x = x*) of an axis-aligned density forest (eq. 5.10), conditioning on every feature but `y_dim`.
@@ -425,7 +556,7 @@ class DensityForest(UnsupervisedForestBase):
         return arrays
 
     def extra_metadata(self) -> dict:
-        return {"variance_floor": self.variance_floor_,
+        return {"variance_floor": self.variance_floor_, "leaf_support": self.leaf_support_,
                 "selection": {kind: [[k, v] for k, v in scores.items()] for kind, scores in self.selection_.items()}}
 
     def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -456,6 +587,12 @@ class DensityForest(UnsupervisedForestBase):
         if not isinstance(floor, (int, float)) or not 0 < floor <= 1:
             raise ModelFormatError(f"variance_floor must be a number in (0, 1], got {floor!r}")
         self.variance_floor_ = float(floor)
+        support = meta.get("leaf_support", "cell")  # files from before the support was chosen: cells
+        if support not in LEAF_SUPPORTS:
+            raise ModelFormatError(f"leaf_support must be one of {LEAF_SUPPORTS}, got {support!r}")
+        if support == "space" and (not np.all(self.leaf_mass_ == 1.0) or not np.all(self.partition_ == 1.0)):
+            raise ModelFormatError("leaves on the whole space have unit masses and normalisers")
+        self.leaf_support_ = support
         selection = meta.get("selection", {})
         try:
             self.selection_ = {str(kind): {k: float(v) for k, v in pairs} for kind, pairs in selection.items()}

@@ -19,23 +19,44 @@ def data():
     return mixture(1500, 0), mixture(1500, 1)
 
 
+@pytest.mark.parametrize("support", ["cell", "space"])
 @pytest.mark.parametrize("weak_learner", ["axis", "oblique", "conic"])
-def test_density_integrates_to_one(data, weak_learner):
+def test_density_integrates_to_one(data, weak_learner, support):
     X, _ = data
-    forest = DensityForest(n_trees=10, max_depth=4, weak_learner=weak_learner, random_state=0).fit(X)
+    forest = DensityForest(n_trees=10, max_depth=4, weak_learner=weak_learner, leaf_support=support,
+                           random_state=0).fit(X)
     g = np.linspace(-4.5, 4.5, 241)
     xx, yy = np.meshgrid(g, g)
     p = np.exp(forest.score_samples(np.c_[xx.ravel(), yy.ravel()]))
     assert p.sum() * (g[1] - g[0]) ** 2 == pytest.approx(1.0, abs=0.01)
-    if weak_learner == "axis":
+    if support == "space":
+        assert np.all(forest.partition_ == 1.0) and np.all(forest.partition_error_ == 0.0)
+    elif weak_learner == "axis":
         assert forest.partition_error_.max() < 1e-3  # box masses: exact or a lattice rule's small error
     else:
         assert 0 < forest.partition_error_.max() < 0.01  # Monte Carlo estimate with its stated error
 
 
-def test_samples_follow_the_density(data):
+def test_space_leaves_score_every_leaf_of_every_tree(data):
+    """The kernel leaves out leaves more than e^-40 below the best: the result is the full mixture's."""
+    from scipy.special import logsumexp
+
     X, held_out = data
-    forest = DensityForest(n_trees=30, max_depth=4, random_state=0).fit(X)
+    forest = DensityForest(n_trees=6, max_depth=5, variance_floor=1e-4, leaf_support="space", random_state=0).fit(X)
+    pts = np.r_[held_out[:200], [[8.0, -8.0], [0.0, 30.0]]]  # far points: no leaf is close
+    pts = pts.astype(np.float32).astype(np.float64)  # the forest reads float32 inputs
+    cov, mean, share, tree = forest.leaf_cov_, forest.leaf_mean_, forest.leaf_share_, forest.forest_.leaf_tree
+    per_leaf = np.stack([stats.multivariate_normal(mean[k], cov[k]).logpdf(pts) + np.log(share[k])
+                         for k in range(mean.shape[0])], axis=1)
+    per_tree = np.stack([logsumexp(per_leaf[:, tree == t], axis=1) for t in range(forest.forest_.n_trees)], axis=1)
+    assert np.allclose(forest.score_samples(pts), logsumexp(per_tree, axis=1) - np.log(per_tree.shape[1]),
+                       rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("support", ["cell", "space"])
+def test_samples_follow_the_density(data, support):
+    X, held_out = data
+    forest = DensityForest(n_trees=30, max_depth=4, leaf_support=support, random_state=0).fit(X)
     S = forest.sample(1500, random_state=3)
     assert S.shape == (1500, 2)
     # Two-sample tests on the marginals and on random projections: samples look like held-out data ...
@@ -101,9 +122,23 @@ def test_conditional_of_the_s_is_multimodal_where_the_curve_folds():
     assert np.abs(hist - np.interp(centres, grid, pdf[0])).mean() < 0.15 * pdf[0].max()
 
 
+@pytest.mark.parametrize(("weak_learner", "support"), [("axis", "cell"), ("axis", "space"), ("oblique", "space")])
+def test_conditional_is_the_joint_along_the_line(data, weak_learner, support):
+    """p(y | x*) is p(x*, y) normalised over y, on either support (eq. 5.10)."""
+    forest = DensityForest(n_trees=8, max_depth=4, variance_floor=1e-3, weak_learner=weak_learner,
+                           leaf_support=support, random_state=0).fit(data[0])
+    grid = np.linspace(-4.0, 4.0, 2001)
+    for x in (-0.8, 0.3):
+        pdf = forest.conditional_pdf([[x]], grid, y_dim=1)[0]
+        joint = np.exp(forest.score_samples(np.c_[np.full_like(grid, x), grid]))
+        assert pdf.sum() * (grid[1] - grid[0]) == pytest.approx(1.0, abs=0.01)
+        assert np.allclose(pdf, joint / (joint.sum() * (grid[1] - grid[0])), rtol=0.02, atol=1e-3 * pdf.max())
+
+
 def test_conditionals_need_axis_cells(data):
     from imageforest import InvalidInputError
-    forest = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", random_state=0).fit(data[0])
+    forest = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", leaf_support="cell",
+                           random_state=0).fit(data[0])
     with pytest.raises(InvalidInputError, match="axis"):
         forest.conditional_pdf([[0.0]], np.linspace(0, 1, 5))
 
@@ -116,7 +151,16 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
     depth = int(forest.depths_[0])
     assert forest.depths_.shape == (30,) and np.all(forest.depths_ == depth)
     tried = forest.selection_["depth"]
-    assert depth == max(tried, key=tried.get) and len(tried) >= depth + 1  # two worse depths past the best
+    stage = max(tried, key=tried.get)
+    assert len(tried) >= stage + 1  # two worse depths past the best
+    # both leaf supports were scored on the same small forests; the better one is used
+    by_support = {k: max(forest.selection_[f"depth:{k}"].values()) for k in ("cell", "space")}
+    assert forest.leaf_support_ == max(by_support, key=by_support.get)
+    assert tried == forest.selection_[f"depth:{forest.leaf_support_}"]
+    # when the floor moved, the depths one either side were scored again at the new floor
+    again = forest.selection_.get("depth_at_floor")
+    assert (forest.variance_floor_ != 1e-3) == (again is not None)
+    assert depth == (stage if again is None else max(again, key=again.get))
     assert forest.variance_floor_ == max(forest.selection_["floor"], key=forest.selection_["floor"].get)
     assert forest.forest_.depth.max() <= depth
     # the chosen depth does at least as well on held-out points as depths an order away
@@ -126,19 +170,36 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
     forest.save(tmp_path / "auto.npz")
     loaded = DensityForest.load(tmp_path / "auto.npz")
     assert np.array_equal(loaded.depths_, forest.depths_) and loaded.variance_floor_ == forest.variance_floor_
+    assert loaded.leaf_support_ == forest.leaf_support_
     assert loaded.selection_ == {k: {float(kk): v for kk, v in s.items()} for k, s in forest.selection_.items()}
     assert np.allclose(loaded.score_samples(held_out[:50]), forest.score_samples(held_out[:50]))
-    # a file of the older layout (no chosen depths, floor or scores) still loads: each tree's depth as grown
-    meta, arrays = load_model(tmp_path / "auto.npz")
+    # a file of the older layout (no chosen depths, floor, support or scores) still loads: each tree's depth as
+    # grown, its leaves in their cells
+    cells = DensityForest(30, leaf_support="cell", random_state=0).fit(X)
+    cells.save(tmp_path / "cells.npz")
+    meta, arrays = load_model(tmp_path / "cells.npz")
     del arrays["tree.chosen_depth"]
-    meta.pop("variance_floor")
-    meta.pop("selection")
+    for key in ("variance_floor", "selection", "leaf_support"):
+        meta.pop(key)
     save_model(tmp_path / "old.npz", meta, arrays)
     old = DensityForest.load(tmp_path / "old.npz")
-    assert np.all(old.depths_ <= depth) and old.depths_.max() == forest.forest_.depth.max()
-    assert np.allclose(old.score_samples(held_out[:50]), forest.score_samples(held_out[:50]))
-    fixed = DensityForest(10, max_depth=3, variance_floor=0.01, random_state=0).fit(X)
+    assert old.leaf_support_ == "cell" and "depth:space" not in cells.selection_
+    assert np.all(old.depths_ <= cells.depths_[0]) and old.depths_.max() == cells.forest_.depth.max()
+    assert np.allclose(old.score_samples(held_out[:50]), cells.score_samples(held_out[:50]))
+    meta["leaf_support"] = "space"  # a support the arrays do not match
+    save_model(tmp_path / "bad.npz", meta, arrays)
+    with pytest.raises(ModelFormatError, match="unit masses"):
+        DensityForest.load(tmp_path / "bad.npz")
+    fixed = DensityForest(10, max_depth=3, variance_floor=0.01, leaf_support="space", random_state=0).fit(X)
     assert np.all(fixed.depths_ == 3) and fixed.variance_floor_ == 0.01 and fixed.selection_ == {}
+    assert fixed.leaf_support_ == "space"
+    given = DensityForest(10, max_depth=3, variance_floor=0.01, random_state=0).fit(X)  # the support alone chosen
+    assert set(given.selection_) == {"depth:cell", "depth:space"} and np.all(given.depths_ == 3)
+    # values on a 0.1 grid reward spiky leaves: the floor falls, and the depth is chosen again at the new floor
+    grid = DensityForest(30, random_state=0).fit(np.round(X, 1))
+    again = grid.selection_["depth_at_floor"]
+    assert grid.variance_floor_ < 1e-5 and grid.depths_[0] == max(again, key=again.get)
+    assert set(again) == {max(grid.selection_["depth"], key=grid.selection_["depth"].get) + k for k in (-1, 0, 1)}
     with pytest.raises(Exception, match="max_depth"):
         DensityForest(5, max_depth="deep").fit(X)
     with pytest.raises(Exception, match="more than"):
