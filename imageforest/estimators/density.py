@@ -269,7 +269,8 @@ class DensityForest(UnsupervisedForestBase):
                                                                    "min_samples_leaf", "min_gain", "n_jobs")},
                                   random_state=seed)
             probe.fit(X[fit], sample_weight=sw[fit])
-            lls = {kind: float(np.average(probe._score_as(X[val], kind), weights=sw[val])) for kind in kinds}
+            leaves = probe._apply_checked(X[val])
+            lls = {kind: float(np.average(probe._score_as(X[val], kind, leaves), weights=sw[val])) for kind in kinds}
             return lls, int(probe.forest_.depth.max())
 
         selection: dict = {}
@@ -403,10 +404,10 @@ class DensityForest(UnsupervisedForestBase):
         """log p(v) per sample, shape (n_samples,) (eq. 5.6)."""
         return self._score_as(self._checked_input(X), self.leaf_support_)
 
-    def _score_as(self, X: np.ndarray, support: str) -> np.ndarray:
+    def _score_as(self, X: np.ndarray, support: str, leaves: np.ndarray | None = None) -> np.ndarray:
         """log p(v) of checked X with the leaves' Gaussians on `support` ("space" needs no masses; "cell" needs
-        the forest's own)."""
-        leaves = self._apply_checked(X)
+        the forest's own); `leaves`: X's leaf in every tree, when known."""
+        leaves = self._apply_checked(X) if leaves is None else leaves
         X64 = np.ascontiguousarray(X, dtype=np.float64)
         with numba_threads(self.n_jobs):
             if support == "cell":
