@@ -125,6 +125,27 @@ def density(out: Path) -> None:
     save(fig, out / "ch5_density.png")
 
 
+def leaf_support(out: Path) -> None:
+    """Leaves in their cells (eq. 5.3) against leaves over the whole space (each tree a mixture of its leaves): one
+    tree each way, the same tree, and the density along one line (one tree and 100)."""
+    X = spirals(200, 4, noise=0.05, seed=0)[0]
+    fig, axes = figure(3, size=3.0)
+    line = np.linspace(-1.4, 1.4, 1000)
+    for ax, support in zip(axes[0, :2], ("cell", "space"), strict=True):
+        for T in (1, 100):
+            f = DensityForest(n_trees=T, max_depth=6, variance_floor=1e-3, leaf_support=support, random_state=0)
+            f.fit(X)
+            p = np.exp(f.score_samples(np.c_[line, np.full_like(line, 0.3)]))
+            axes[0, 2].plot(line, p, lw=1 if T == 1 else 1.6, ls="-" if support == "cell" else "--",
+                            label=f"{support}, T={T}")
+            if T == 1:
+                _density_image(ax, f, X, f'leaf_support="{support}", one tree, max_depth=6', lim=1.4)
+                ax.axhline(0.3, color="w", lw=0.5, ls=":")
+    axes[0, 2].set_title("p(v) along the dotted line", fontsize=9)
+    axes[0, 2].legend(fontsize=7)
+    save(fig, out / "ch5_leaf_support.png")
+
+
 def manifold(out: Path) -> None:
     """Fig. 6.x: swiss-roll embeddings coloured by the true manifold coordinate."""
     from sklearn.datasets import make_swiss_roll
@@ -176,7 +197,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("gallery"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for fn in (weak_learners, forest_size, depth, randomness, regression, density, manifold, semi_supervised):
+    for fn in (weak_learners, forest_size, depth, randomness, regression, density, leaf_support, manifold,
+               semi_supervised):
         t0 = time.perf_counter()
         fn(args.out)
         print(f"{fn.__name__:14s} {time.perf_counter() - t0:6.1f} s")
