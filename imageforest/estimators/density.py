@@ -17,7 +17,9 @@ Gaussian spreads over the whole input space, and every tree is a Gaussian mixtur
 
 normalised by construction (Z_t = 1, no masses to compute). The tree's partition still places the components, but
 the density no longer jumps at the cells' walls, and a held-out point just outside a small cell is not given the
-cell's truncated tail. "auto" (the default) scores both on the held-out fifth that chooses the depth.
+cell's truncated tail. "auto" (the default) scores both on the held-out fifth that chooses the depth. On that
+support `mixture_steps` EM steps may then refit each tree's leaves together as one mixture of the training points
+(`leaf_mixtures`): the partition places the components, the likelihood of the whole tree fits them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scipy import stats
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.estimators.gaussian_boxes import box_masses
+from imageforest.estimators.leaf_mixtures import refit_leaf_mixtures
 from imageforest.estimators.params import GROWTH, Either, Integer, Options, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
@@ -53,6 +56,8 @@ VALIDATION_SHARE = 0.2
 DEFAULT_FLOOR = 1e-3  # relative variance floor (share of the data's mean per-feature variance) the search starts at
 FLOOR_RANGE = (1e-7, 0.1)
 LEAF_SUPPORTS = ("cell", "space")
+# EM steps that refit a "space" tree's leaves as one mixture, scored after each of these on the chosen small forest
+MIXTURE_STEPS = (1, 2, 4, 8)
 # A "space" leaf whose log term lies this far below the best one found for the point in its tree adds less than
 # e^-40 of it and is left out; its quadratic form stops accumulating as soon as it passes that bound.
 NEGLIGIBLE_LOG = 40.0
@@ -184,6 +189,11 @@ class DensityForest(UnsupervisedForestBase):
         Where each leaf's Gaussian lives (module notes): its own cell (the monograph's eq. 5.3), or the whole
         space, each tree then a Gaussian mixture of its leaves. "auto" (the default) chooses with the depth, by
         held-out log-likelihood; `leaf_support_` holds the one used.
+    mixture_steps : int >= 0 or "auto"
+        On the "space" support, EM steps that refit each tree's leaf Gaussians and shares together as one mixture
+        of all the training points (module notes); 0 keeps each leaf fitted to its own cell's points. "auto" (the
+        default) scores 0 and 1, 2, 4, 8 steps on the held-out fifth; `mixture_steps_` holds the number used (0
+        on cells).
     n_thresholds : int or None
         K, random thresholds tried per feature and node; 2 (strongly randomised trees, whose average is smoother)
         was the best or within 0.004 of it on the internal validation splits of four benchmark sets, against 1, 4
@@ -197,6 +207,7 @@ class DensityForest(UnsupervisedForestBase):
     depths_ : (n_trees,) int, each tree's chosen depth D (the one given, or chosen)
     variance_floor_ : float, the relative variance floor used
     leaf_support_ : str, "cell" or "space"
+    mixture_steps_ : int, EM steps applied to every tree's leaves
     selection_ : dict, validation mean log-likelihoods of the candidates tried: {"depth": {D: ll}, "floor":
         {floor: ll}}, and with both supports tried their depths' scores apart ("depth:cell", "depth:space");
         empty for settings that were given
@@ -207,10 +218,12 @@ class DensityForest(UnsupervisedForestBase):
     parameter_constraints: ClassVar[dict[str, Rule]] = {
         **GROWTH, "max_depth": Either(rules=(Integer(0, allow_none=True), Options(choices=("auto",)))),
         "variance_floor": Either(rules=(Real(0.0, 1.0, low_open=True), Options(choices=("auto",)))),
-        "leaf_support": Options(choices=("auto", *LEAF_SUPPORTS))}
+        "leaf_support": Options(choices=("auto", *LEAF_SUPPORTS)),
+        "mixture_steps": Either(rules=(Integer(0), Options(choices=("auto",))))}
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | str | None = "auto", variance_floor="auto",
-                 leaf_support: str = "auto", weak_learner: str = "axis", n_candidates="all",
+                 leaf_support: str = "auto", mixture_steps: int | str = "auto", weak_learner: str = "axis",
+                 n_candidates="all",
                  n_thresholds: int | None = 2, bootstrap: bool = False, max_samples=None, min_samples_split: int = 10,
                  min_samples_leaf: int = 5, min_gain: float = 0.0, random_state=None,
                  n_jobs: int | None = None) -> None:
@@ -218,6 +231,7 @@ class DensityForest(UnsupervisedForestBase):
         self.max_depth = max_depth
         self.variance_floor = variance_floor
         self.leaf_support = leaf_support
+        self.mixture_steps = mixture_steps
         self.weak_learner = weak_learner
         self.n_candidates = n_candidates
         self.n_thresholds = n_thresholds
@@ -235,20 +249,25 @@ class DensityForest(UnsupervisedForestBase):
         forests on four fifths of X choose them first (`selection_`)."""
         X, sw = self._prepare_fit(X, sample_weight)
         check_params(self)
-        depth, floor, support, selection = self._choose_settings(X, sw)
-        self._fit_with(X, sw, depth, floor, support)
+        if self.leaf_support == "cell" and self.mixture_steps not in ("auto", 0):
+            raise InvalidInputError("mixture_steps refits leaves that spread over the whole space; it needs "
+                                    "leaf_support='space' or 'auto'")
+        depth, floor, support, steps, selection = self._choose_settings(X, sw)
+        self._fit_with(X, sw, depth, floor, support, steps)
         self.depths_ = np.full(self.forest_.n_trees, -1 if depth is None else depth, dtype=np.int64)
         self.variance_floor_ = float(floor)
         self.selection_ = selection
         return self
 
-    def _choose_settings(self, X: np.ndarray, sw: np.ndarray) -> tuple[int | None, float, str, dict]:
-        """(depth, relative variance floor, leaf support, validation scores) for the final forest."""
+    def _choose_settings(self, X: np.ndarray, sw: np.ndarray) -> tuple[int | None, float, str, int, dict]:
+        """(depth, relative variance floor, leaf support, EM steps, validation scores) for the final forest."""
         auto_depth, auto_floor = self.max_depth == "auto", self.variance_floor == "auto"
         floor = DEFAULT_FLOOR if auto_floor else float(self.variance_floor)
         supports = LEAF_SUPPORTS if self.leaf_support == "auto" else (self.leaf_support,)
-        if not (auto_depth or auto_floor or len(supports) > 1):
-            return self.max_depth, floor, supports[0], {}
+        auto_steps = self.mixture_steps == "auto"
+        given_steps = 0 if auto_steps else int(self.mixture_steps)
+        if not (auto_depth or auto_floor or len(supports) > 1 or (auto_steps and "space" in supports)):
+            return self.max_depth, floor, supports[0], given_steps if supports[0] == "space" else 0, {}
         n = X.shape[0]
         n_val = max(1, round(VALIDATION_SHARE * n))
         if n - n_val < 2 * self.min_samples_leaf:
@@ -259,19 +278,35 @@ class DensityForest(UnsupervisedForestBase):
         val, fit = perm[:n_val], perm[n_val:]
         seed = int(rng.integers(2**31))
 
-        def score(depth: int | None, rel_floor: float, kinds: tuple[str, ...]) -> tuple[dict[str, float], int]:
-            """Validation mean log-likelihood of a small forest under each leaf support in `kinds` (one forest
-            serves them all), and the depth its trees reached."""
+        def small_forest(depth: int | None, rel_floor: float, support: str) -> DensityForest:
             probe = DensityForest(min(int(self.n_trees), AUTO_TREES), max_depth=depth, variance_floor=rel_floor,
-                                  leaf_support="cell" if "cell" in kinds else "space",
+                                  leaf_support=support, mixture_steps=0,
                                   **{k: getattr(self, k) for k in ("weak_learner", "n_candidates", "n_thresholds",
                                                                    "bootstrap", "max_samples", "min_samples_split",
                                                                    "min_samples_leaf", "min_gain", "n_jobs")},
                                   random_state=seed)
-            probe.fit(X[fit], sample_weight=sw[fit])
+            return probe.fit(X[fit], sample_weight=sw[fit])
+
+        def held_out(probe: DensityForest, kind: str, leaves: np.ndarray | None = None) -> float:
+            return float(np.average(probe._score_as(X[val], kind, leaves), weights=sw[val]))
+
+        def score(depth: int | None, rel_floor: float, kinds: tuple[str, ...]) -> tuple[dict[str, float], int]:
+            """Validation mean log-likelihood of a small forest under each leaf support in `kinds` (one forest
+            serves them all), and the depth its trees reached."""
+            probe = small_forest(depth, rel_floor, "cell" if "cell" in kinds else "space")
             leaves = probe._apply_checked(X[val])
-            lls = {kind: float(np.average(probe._score_as(X[val], kind, leaves), weights=sw[val])) for kind in kinds}
-            return lls, int(probe.forest_.depth.max())
+            return {kind: held_out(probe, kind, leaves) for kind in kinds}, int(probe.forest_.depth.max())
+
+        def mixture_scores(depth: int | None, rel_floor: float, upto: int) -> dict[int, float]:
+            """Validation log-likelihood of a small "space" forest after 0 and each of MIXTURE_STEPS EM steps
+            (those up to `upto`)."""
+            probe = small_forest(depth, rel_floor, "space")
+            scores = {0: held_out(probe, "space")}
+            for k in range(1, upto + 1):
+                probe._refit_mixtures(X[fit], sw[fit], 1)
+                if k in MIXTURE_STEPS or k == upto:
+                    scores[k] = held_out(probe, "space")
+            return scores
 
         selection: dict = {}
         if auto_depth:  # each support's depths from 1 up until it was worse twice, or the trees stopped growing
@@ -313,17 +348,30 @@ class DensityForest(UnsupervisedForestBase):
                 depth = max(tried_again, key=tried_again.get)
                 selection["depth_at_floor"] = tried_again
             floor = chosen
+        steps = given_steps if support == "space" else 0
+        if support == "space" and auto_steps:  # EM steps at the chosen depth and floor, then the depth again
+            by_steps = mixture_scores(depth, floor, max(MIXTURE_STEPS))
+            steps = max(by_steps, key=by_steps.get)
+            selection["mixture_steps"] = by_steps
+            if steps and auto_depth:
+                again = {depth: by_steps[steps]}
+                for d in (depth + 1, depth - 1):
+                    if d >= 1:
+                        again[d] = mixture_scores(d, floor, steps)[steps]
+                depth = max(again, key=again.get)
+                selection["depth_with_mixture"] = again
         if auto_depth:
             selection["depth"] = tried[support]
         if auto_floor:
             selection["floor"] = floors
         if len(supports) > 1:
             selection.update({f"depth:{kind}": tried[kind] for kind in supports})
-        return depth, floor, support, selection
+        return depth, floor, support, steps, selection
 
-    def _fit_with(self, X: np.ndarray, sw: np.ndarray, depth: int | None, floor: float, support: str) -> None:
+    def _fit_with(self, X: np.ndarray, sw: np.ndarray, depth: int | None, floor: float, support: str,
+                  steps: int = 0) -> None:
         """Grow the trees at `depth` with the relative variance `floor` and set the leaves' densities with their
-        Gaussians on `support`."""
+        Gaussians on `support`, refitted by `steps` EM steps on "space"."""
         X64 = X.astype(np.float64)
         objective = Objective.regression(X64, "gaussian", relative_floor=floor)
         given = self.max_depth
@@ -344,7 +392,20 @@ class DensityForest(UnsupervisedForestBase):
         self.leaf_cov_ = cov
         self.leaf_share_ = leaf_w / tree_w[f.leaf_tree]
         self.leaf_support_ = support
+        self._floor = float(objective.reg[0])  # the floor in the data's units, for EM steps
         self._set_partition()
+        self.mixture_steps_ = steps if support == "space" else 0
+        if self.mixture_steps_:
+            self._refit_mixtures(X, sw, self.mixture_steps_)
+
+    def _refit_mixtures(self, X: np.ndarray, sw: np.ndarray, steps: int) -> None:
+        """`steps` EM steps on every tree's leaves ("space" support) over the checked training points X."""
+        own = self._apply_checked(X)
+        tree_start = np.searchsorted(self.forest_.leaf_tree, np.arange(self.forest_.n_trees + 1)).astype(np.int64)
+        with numba_threads(self.n_jobs):
+            refit_leaf_mixtures(np.ascontiguousarray(X, dtype=np.float64), np.asarray(sw, dtype=np.float64), own,
+                                self.leaf_mean_, self.leaf_cov_, self.leaf_share_, tree_start, self._floor, steps)
+        self._prepare_density()
 
     # -- partition function -------------------------------------------------------------------------------
     def _set_partition(self) -> None:
@@ -558,6 +619,7 @@ class DensityForest(UnsupervisedForestBase):
 
     def extra_metadata(self) -> dict:
         return {"variance_floor": self.variance_floor_, "leaf_support": self.leaf_support_,
+                "mixture_steps": self.mixture_steps_,
                 "selection": {kind: [[k, v] for k, v in scores.items()] for kind, scores in self.selection_.items()}}
 
     def restore_leaves(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -594,6 +656,11 @@ class DensityForest(UnsupervisedForestBase):
         if support == "space" and (not np.all(self.leaf_mass_ == 1.0) or not np.all(self.partition_ == 1.0)):
             raise ModelFormatError("leaves on the whole space have unit masses and normalisers")
         self.leaf_support_ = support
+        steps = meta.get("mixture_steps", 0)  # files from before the EM steps: none
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0 or (steps and support != "space"):
+            raise ModelFormatError(f"mixture_steps must be a count >= 0, and 0 unless leaves spread over the whole "
+                                   f"space, got {steps!r}")
+        self.mixture_steps_ = steps
         selection = meta.get("selection", {})
         try:
             self.selection_ = {str(kind): {k: float(v) for k, v in pairs} for kind, pairs in selection.items()}

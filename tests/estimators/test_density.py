@@ -160,7 +160,18 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
     # when the floor moved, the depths one either side were scored again at the new floor
     again = forest.selection_.get("depth_at_floor")
     assert (forest.variance_floor_ != 1e-3) == (again is not None)
-    assert depth == (stage if again is None else max(again, key=again.get))
+    expected = stage if again is None else max(again, key=again.get)
+    # on whole-space leaves, EM steps were scored at that depth, and with some chosen the depth once more
+    by_steps = forest.selection_.get("mixture_steps")
+    assert (by_steps is not None) == (forest.leaf_support_ == "space")
+    if by_steps is not None:
+        assert set(by_steps) == {0, 1, 2, 4, 8} and forest.mixture_steps_ == max(by_steps, key=by_steps.get)
+        mixed = forest.selection_.get("depth_with_mixture")
+        assert (mixed is not None) == (forest.mixture_steps_ > 0)
+        if mixed is not None:
+            assert set(mixed) == {expected - 1, expected, expected + 1} - {0}
+            expected = max(mixed, key=mixed.get)
+    assert depth == expected
     assert forest.variance_floor_ == max(forest.selection_["floor"], key=forest.selection_["floor"].get)
     assert forest.forest_.depth.max() <= depth
     # the chosen depth does at least as well on held-out points as depths an order away
@@ -170,7 +181,7 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
     forest.save(tmp_path / "auto.npz")
     loaded = DensityForest.load(tmp_path / "auto.npz")
     assert np.array_equal(loaded.depths_, forest.depths_) and loaded.variance_floor_ == forest.variance_floor_
-    assert loaded.leaf_support_ == forest.leaf_support_
+    assert loaded.leaf_support_ == forest.leaf_support_ and loaded.mixture_steps_ == forest.mixture_steps_
     assert loaded.selection_ == {k: {float(kk): v for kk, v in s.items()} for k, s in forest.selection_.items()}
     assert np.allclose(loaded.score_samples(held_out[:50]), forest.score_samples(held_out[:50]))
     # a file of the older layout (no chosen depths, floor, support or scores) still loads: each tree's depth as
@@ -179,22 +190,26 @@ def test_depth_and_floor_are_chosen_from_the_training_data_and_saved(tmp_path, d
     cells.save(tmp_path / "cells.npz")
     meta, arrays = load_model(tmp_path / "cells.npz")
     del arrays["tree.chosen_depth"]
-    for key in ("variance_floor", "selection", "leaf_support"):
+    for key in ("variance_floor", "selection", "leaf_support", "mixture_steps"):
         meta.pop(key)
     save_model(tmp_path / "old.npz", meta, arrays)
     old = DensityForest.load(tmp_path / "old.npz")
-    assert old.leaf_support_ == "cell" and "depth:space" not in cells.selection_
+    assert old.leaf_support_ == "cell" and old.mixture_steps_ == 0 and "depth:space" not in cells.selection_
     assert np.all(old.depths_ <= cells.depths_[0]) and old.depths_.max() == cells.forest_.depth.max()
     assert np.allclose(old.score_samples(held_out[:50]), cells.score_samples(held_out[:50]))
     meta["leaf_support"] = "space"  # a support the arrays do not match
     save_model(tmp_path / "bad.npz", meta, arrays)
     with pytest.raises(ModelFormatError, match="unit masses"):
         DensityForest.load(tmp_path / "bad.npz")
-    fixed = DensityForest(10, max_depth=3, variance_floor=0.01, leaf_support="space", random_state=0).fit(X)
+    fixed = DensityForest(10, max_depth=3, variance_floor=0.01, leaf_support="space", mixture_steps=2,
+                          random_state=0).fit(X)
     assert np.all(fixed.depths_ == 3) and fixed.variance_floor_ == 0.01 and fixed.selection_ == {}
-    assert fixed.leaf_support_ == "space"
-    given = DensityForest(10, max_depth=3, variance_floor=0.01, random_state=0).fit(X)  # the support alone chosen
-    assert set(given.selection_) == {"depth:cell", "depth:space"} and np.all(given.depths_ == 3)
+    assert fixed.leaf_support_ == "space" and fixed.mixture_steps_ == 2
+    given = DensityForest(10, max_depth=3, variance_floor=0.01, mixture_steps=0, random_state=0).fit(X)
+    assert set(given.selection_) == {"depth:cell", "depth:space"} and np.all(given.depths_ == 3)  # the support
+    from imageforest import InvalidInputError
+    with pytest.raises(InvalidInputError, match="leaf_support"):
+        DensityForest(5, max_depth=3, leaf_support="cell", mixture_steps=3).fit(X)
     # values on a 0.1 grid reward spiky leaves: the floor falls, and the depth is chosen again at the new floor
     grid = DensityForest(30, random_state=0).fit(np.round(X, 1))
     again = grid.selection_["depth_at_floor"]
@@ -222,3 +237,46 @@ def test_oblique_cells_normalise_tree_by_tree_within_bounded_memory():
     assert np.all((model.partition_ > 0) & (model.partition_ <= 1 + 1e-9))
     one = model.family_.apply(X.astype(np.float32), model.forest_, trees=np.array([3]))
     assert np.array_equal(one[:, 0], model.apply(X)[:, 3])
+
+
+def test_em_steps_refit_each_tree_as_one_mixture(data):
+    """One EM step of the kernel against the textbook step (responsibilities over all the tree's leaves, weighted
+    sums, the floor on the diagonal), and the refitted forest still a normalised density that fits better."""
+    from scipy.special import logsumexp
+
+    from imageforest.estimators.leaf_mixtures import refit_leaf_mixtures
+
+    X, held_out = data
+    forest = DensityForest(4, max_depth=3, variance_floor=1e-3, leaf_support="space", mixture_steps=0,
+                           random_state=0).fit(X)
+    X64 = X.astype(np.float32).astype(np.float64)
+    w = np.random.default_rng(0).uniform(0.5, 1.5, X.shape[0])
+    mean, cov, share = forest.leaf_mean_.copy(), forest.leaf_cov_.copy(), forest.leaf_share_.copy()
+    tree = forest.forest_.leaf_tree
+    start = np.searchsorted(tree, np.arange(5)).astype(np.int64)
+    refit_leaf_mixtures(X64, w, forest.apply(X), mean, cov, share, start, forest._floor, 1)
+    for t in range(4):
+        own = np.flatnonzero(tree == t)
+        lp = np.stack([stats.multivariate_normal(forest.leaf_mean_[k], forest.leaf_cov_[k]).logpdf(X64)
+                       + np.log(forest.leaf_share_[k]) for k in own], axis=1)
+        r = w[:, None] * np.exp(lp - logsumexp(lp, axis=1, keepdims=True))
+        nk = r.sum(0)
+        mu = r.T @ X64 / nk[:, None]
+        c = np.einsum("nl,nla,nlb->lab", r, X64[:, None] - mu[None], X64[:, None] - mu[None]) / nk[:, None, None]
+        assert np.allclose(share[own], nk / w.sum(), rtol=1e-9, atol=1e-12)
+        assert np.allclose(mean[own], mu, rtol=1e-9, atol=1e-9)
+        assert np.allclose(cov[own], c + forest._floor * np.eye(2), rtol=1e-8, atol=1e-10)
+
+    refitted = DensityForest(20, max_depth=3, variance_floor=1e-3, leaf_support="space", mixture_steps=4,
+                             random_state=0).fit(X)
+    plain = DensityForest(20, max_depth=3, variance_floor=1e-3, leaf_support="space", mixture_steps=0,
+                          random_state=0).fit(X)
+    assert np.allclose(np.bincount(refitted.forest_.leaf_tree, weights=refitted.leaf_share_), 1.0)
+    g = np.linspace(-4.5, 4.5, 241)
+    xx, yy = np.meshgrid(g, g)
+    p = np.exp(refitted.score_samples(np.c_[xx.ravel(), yy.ravel()]))
+    assert p.sum() * (g[1] - g[0]) ** 2 == pytest.approx(1.0, abs=0.01)
+    assert refitted.score(X) > plain.score(X) and refitted.score(held_out) > plain.score(held_out)
+    S = refitted.sample(2000, random_state=1)
+    for v in (np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.array([0.6, -0.8])):
+        assert stats.ks_2samp(S @ v, held_out @ v).pvalue > 0.01
