@@ -126,23 +126,23 @@ def density(out: Path) -> None:
 
 
 def leaf_support(out: Path) -> None:
-    """Leaves in their cells (eq. 5.3) against leaves over the whole space (each tree a mixture of its leaves): one
-    tree each way, the same tree, and the density along one line (one tree and 100)."""
+    """Leaves in their cells (eq. 5.3), over the whole space (each tree a mixture of its leaves), and that mixture
+    refitted by EM steps: one tree each way, the same tree, and the density along one line (one tree and 100)."""
     X = spirals(200, 4, noise=0.05, seed=0)[0]
-    fig, axes = figure(3, size=3.0)
+    fig, axes = figure(4, size=3.0)
     line = np.linspace(-1.4, 1.4, 1000)
-    for ax, support in zip(axes[0, :2], ("cell", "space"), strict=True):
+    kinds = (("cell", 0), ("space", 0), ("space", 4))
+    for ax, (support, steps) in zip(axes[0, :3], kinds, strict=True):
         for T in (1, 100):
-            f = DensityForest(n_trees=T, max_depth=6, variance_floor=1e-3, leaf_support=support, random_state=0)
-            f.fit(X)
+            f = DensityForest(n_trees=T, max_depth=6, variance_floor=1e-3, leaf_support=support,
+                              mixture_steps=steps, random_state=0).fit(X)
             p = np.exp(f.score_samples(np.c_[line, np.full_like(line, 0.3)]))
-            axes[0, 2].plot(line, p, lw=1 if T == 1 else 1.6, ls="-" if support == "cell" else "--",
-                            label=f"{support}, T={T}")
+            axes[0, 3].plot(line, p, lw=0.8 if T == 1 else 1.6, label=f"{support}, {steps} EM steps, T={T}")
             if T == 1:
-                _density_image(ax, f, X, f'leaf_support="{support}", one tree, max_depth=6', lim=1.4)
+                _density_image(ax, f, X, f'"{support}", {steps} EM steps, one tree', lim=1.4)
                 ax.axhline(0.3, color="w", lw=0.5, ls=":")
-    axes[0, 2].set_title("p(v) along the dotted line", fontsize=9)
-    axes[0, 2].legend(fontsize=7)
+    axes[0, 3].set_title("p(v) along the dotted line, max_depth=6", fontsize=9)
+    axes[0, 3].legend(fontsize=6)
     save(fig, out / "ch5_leaf_support.png")
 
 
