@@ -280,3 +280,47 @@ def test_em_steps_refit_each_tree_as_one_mixture(data):
     S = refitted.sample(2000, random_state=1)
     for v in (np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.array([0.6, -0.8])):
         assert stats.ks_2samp(S @ v, held_out @ v).pvalue > 0.01
+
+
+@pytest.mark.parametrize("support", ["cell", "space"])
+def test_marginals_integrate_the_joint_over_the_other_features(data, support):
+    """p(v_0) from `score_marginal` against the joint integrated over v_1 on a fine grid; a 3-D forest's 2-D
+    marginal integrates to one; all features is the joint itself."""
+    X, _ = data
+    forest = DensityForest(10, max_depth=4, variance_floor=1e-3, leaf_support=support, random_state=0).fit(X)
+    grid = np.linspace(-5.0, 5.0, 4001)
+    step = grid[1] - grid[0]
+    for x0 in (-1.2, 0.1, 0.9):
+        joint = np.exp(forest.score_samples(np.c_[np.full_like(grid, x0), grid])).sum() * step
+        assert np.exp(forest.score_marginal([[x0]], dims=[0]))[0] == pytest.approx(joint, rel=2e-3)
+    for y1 in (-0.8, 0.4):
+        joint = np.exp(forest.score_samples(np.c_[grid, np.full_like(grid, y1)])).sum() * step
+        assert np.exp(forest.score_marginal([[y1]], dims=[1]))[0] == pytest.approx(joint, rel=2e-3)
+    swapped = forest.score_marginal(X[:20, ::-1], dims=[1, 0])
+    assert np.allclose(swapped, forest.score_samples(X[:20]))
+
+    rng = np.random.default_rng(0)
+    X3 = np.c_[X, X[:, 0] - X[:, 1] + rng.normal(0, 0.3, X.shape[0])]
+    three = DensityForest(10, max_depth=4, variance_floor=1e-3, leaf_support=support, random_state=0).fit(X3)
+    g = np.linspace(-5.0, 5.0, 201)
+    xx, yy = np.meshgrid(g, g)
+    p = np.exp(three.score_marginal(np.c_[xx.ravel(), yy.ravel()], dims=[2, 0]))
+    assert p.sum() * (g[1] - g[0]) ** 2 == pytest.approx(1.0, abs=0.01)
+
+    from imageforest import InvalidInputError
+    for bad in ([], [0, 0], [2], [0.5]):
+        with pytest.raises(InvalidInputError, match="dims"):
+            forest.score_marginal([[0.0]], dims=bad)
+    with pytest.raises(InvalidInputError):
+        forest.score_marginal([[0.0, 1.0]], dims=[0])
+
+
+def test_marginals_need_axis_cells_or_whole_space_leaves(data):
+    from imageforest import InvalidInputError
+    forest = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", leaf_support="cell",
+                           random_state=0).fit(data[0])
+    with pytest.raises(InvalidInputError, match="axis"):
+        forest.score_marginal([[0.0]], dims=[0])
+    space = DensityForest(n_trees=2, max_depth=2, weak_learner="oblique", leaf_support="space",
+                          random_state=0).fit(data[0])
+    assert np.isfinite(space.score_marginal([[0.0]], dims=[0])).all()
