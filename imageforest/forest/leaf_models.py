@@ -182,11 +182,11 @@ def linear_leaves(order, wts, X, targets, leaf_start, leaf_end, ridge):
 
 
 @njit(cache=True, inline="always")
-def _spd_inverse(a, chol, out):  # pragma: no cover - numba
-    """out = a^-1 for a symmetric positive-definite (n, n) matrix, through its Cholesky factor (a = L L^T).
+def cholesky_lower(a, chol):  # pragma: no cover - numba
+    """The lower triangle of `chol` = L with a = L L^T, for a symmetric positive-definite (n, n) matrix `a`.
 
-    A leaf's Gram matrix is small, so plain loops beat a LAPACK call here, and they compile in a fraction of the
-    time numba's ``np.linalg.inv`` takes.
+    A leaf's matrices are small, so plain loops beat a LAPACK call here, and they compile in a fraction of the
+    time numba's ``np.linalg`` functions take.
     """
     n = a.shape[0]
     for i in range(n):
@@ -198,6 +198,13 @@ def _spd_inverse(a, chol, out):  # pragma: no cover - numba
                 chol[i, i] = np.sqrt(s)
             else:
                 chol[i, j] = s / chol[j, j]
+
+
+@njit(cache=True, inline="always")
+def _spd_inverse(a, chol, out):  # pragma: no cover - numba
+    """out = a^-1 for a symmetric positive-definite (n, n) matrix, through its Cholesky factor (a = L L^T)."""
+    n = a.shape[0]
+    cholesky_lower(a, chol)
     for c in range(n):  # column c of the inverse solves L L^T x = e_c
         for i in range(n):
             s = 1.0 if i == c else 0.0
