@@ -32,7 +32,7 @@ from scipy import stats
 
 from imageforest.estimators.base import UnsupervisedForestBase, numba_threads
 from imageforest.estimators.gaussian_boxes import box_masses
-from imageforest.estimators.leaf_mixtures import leaf_quadratic, refit_leaf_mixtures
+from imageforest.estimators.leaf_mixtures import refit_leaf_mixtures
 from imageforest.estimators.params import GROWTH, Either, Integer, Options, Real, Rule, check_params
 from imageforest.exceptions import InvalidInputError, ModelFormatError
 from imageforest.forest.objectives import Objective
@@ -74,11 +74,18 @@ def _log_density(leaf_ids, X, mean, chol_inv, log_norm):
 @njit(cache=True, nogil=True)
 def _log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, out):  # pragma: no cover - numba
     n_trees = leaf_ids.shape[1]
+    d = X.shape[1]
     terms = np.empty(n_trees)
     for i in range(i0, i1):
         for t in range(n_trees):
             leaf = leaf_ids[i, t]
-            terms[t] = log_norm[leaf] - 0.5 * leaf_quadratic(chol_inv, mean, leaf, X[i], np.inf)
+            q = 0.0
+            for a in range(d):
+                acc = 0.0
+                for b in range(a + 1):
+                    acc += chol_inv[leaf, a, b] * (X[i, b] - mean[leaf, b])
+                q += acc * acc
+            terms[t] = log_norm[leaf] - 0.5 * q
         top = terms.max()
         s = 0.0
         for t in range(n_trees):
@@ -100,11 +107,18 @@ def _space_log_density(leaf_ids, X, mean, chol_inv, log_norm, tree_start):
 def _space_log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, tree_start, negligible,
                              out):  # pragma: no cover - numba
     n_trees = leaf_ids.shape[1]
+    d = X.shape[1]
     terms = np.empty(n_trees)
     for i in range(i0, i1):
         for t in range(n_trees):
             own = leaf_ids[i, t]
-            top = log_norm[own] - 0.5 * leaf_quadratic(chol_inv, mean, own, X[i], np.inf)
+            q = 0.0
+            for a in range(d):
+                acc = 0.0
+                for b in range(a + 1):
+                    acc += chol_inv[own, a, b] * (X[i, b] - mean[own, b])
+                q += acc * acc
+            top = log_norm[own] - 0.5 * q
             s = 1.0  # sum of exp(term - top) over the leaves scored so far
             for leaf in range(tree_start[t], tree_start[t + 1]):
                 if leaf == own or log_norm[leaf] == -np.inf:  # the second: a leaf of zero weight
@@ -112,7 +126,15 @@ def _space_log_density_range(i0, i1, leaf_ids, X, mean, chol_inv, log_norm, tree
                 limit = 2.0 * (log_norm[leaf] - top + negligible)  # q beyond which the leaf is negligible
                 if limit <= 0.0:
                     continue
-                q = leaf_quadratic(chol_inv, mean, leaf, X[i], limit)
+                # the quadratic forms are written out in these kernels: a shared helper made scoring 2x slower
+                q = 0.0
+                for a in range(d):
+                    acc = 0.0
+                    for b in range(a + 1):
+                        acc += chol_inv[leaf, a, b] * (X[i, b] - mean[leaf, b])
+                    q += acc * acc
+                    if q > limit:
+                        break
                 if q > limit:
                     continue
                 term = log_norm[leaf] - 0.5 * q
