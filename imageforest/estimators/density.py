@@ -48,8 +48,10 @@ MC_SAMPLES = 4000  # per leaf, for the partition function of oblique and conic c
 # log-likelihood of the rest, one forest under both supports; each support's depths are tried from 1 up until
 # AUTO_PATIENCE depths in a row fail to beat its best, and the better support is kept. Then the floor at its depth
 # in tenfold steps from DEFAULT_FLOOR (down while the score rises, else up), and, when the floor moved, the depths
-# one either side at the new floor. The forest itself then grows on every point with the winners. 8 trees keep the
-# choice within 3x the fit of the final forest (16 took 2.4-4.1x, with choices no better on four benchmark sets).
+# one either side at the new floor. On "space" leaves, last, the EM steps (0 and MIXTURE_STEPS) and, when some
+# win, the depths one either side with them. The forest itself then grows on every point with the winners. 8 trees
+# keep the choice within 3x the fit of the final forest (16 took 2.4-4.1x, with choices no better on four
+# benchmark sets).
 AUTO_TREES = 8
 AUTO_MAX_DEPTH = 20
 AUTO_PATIENCE = 2
@@ -225,9 +227,8 @@ class DensityForest(UnsupervisedForestBase):
 
     def __init__(self, n_trees: int = 100, *, max_depth: int | str | None = "auto", variance_floor="auto",
                  leaf_support: str = "auto", mixture_steps: int | str = "auto", weak_learner: str = "axis",
-                 n_candidates="all",
-                 n_thresholds: int | None = 2, bootstrap: bool = False, max_samples=None, min_samples_split: int = 10,
-                 min_samples_leaf: int = 5, min_gain: float = 0.0, random_state=None,
+                 n_candidates="all", n_thresholds: int | None = 2, bootstrap: bool = False, max_samples=None,
+                 min_samples_split: int = 10, min_samples_leaf: int = 5, min_gain: float = 0.0, random_state=None,
                  n_jobs: int | None = None) -> None:
         self.n_trees = n_trees
         self.max_depth = max_depth
