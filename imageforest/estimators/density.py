@@ -401,13 +401,17 @@ class DensityForest(UnsupervisedForestBase):
         if self.mixture_steps_:
             self._refit_mixtures(X, sw, self.mixture_steps_)
 
+    def _tree_start(self) -> np.ndarray:
+        """(T + 1,) int64: tree t's leaves are tree_start[t]:tree_start[t + 1] (leaves are numbered tree by tree)."""
+        return np.searchsorted(self.forest_.leaf_tree, np.arange(self.forest_.n_trees + 1)).astype(np.int64)
+
     def _refit_mixtures(self, X: np.ndarray, sw: np.ndarray, steps: int) -> None:
         """`steps` EM steps on every tree's leaves ("space" support) over the checked training points X."""
         own = self._apply_checked(X)
-        tree_start = np.searchsorted(self.forest_.leaf_tree, np.arange(self.forest_.n_trees + 1)).astype(np.int64)
         with numba_threads(self.n_jobs):
             refit_leaf_mixtures(np.ascontiguousarray(X, dtype=np.float64), np.asarray(sw, dtype=np.float64), own,
-                                self.leaf_mean_, self.leaf_cov_, self.leaf_share_, tree_start, self._floor, steps)
+                                self.leaf_mean_, self.leaf_cov_, self.leaf_share_, self._tree_start(), self._floor,
+                                steps)
         self._prepare_density()
 
     # -- partition function -------------------------------------------------------------------------------
@@ -476,9 +480,8 @@ class DensityForest(UnsupervisedForestBase):
         with numba_threads(self.n_jobs):
             if support == "cell":
                 return _log_density(leaves, X64, self.leaf_mean_, self._chol_inv, self._log_norm("cell"))
-            tree_start = np.searchsorted(self.forest_.leaf_tree, np.arange(self.forest_.n_trees + 1))
             return _space_log_density(leaves, X64, self.leaf_mean_, self._chol_inv, self._log_norm("space"),
-                                      tree_start.astype(np.int64))
+                                      self._tree_start())
 
     def score(self, X, y=None) -> float:
         """Mean log-likelihood of X."""
@@ -570,18 +573,19 @@ class DensityForest(UnsupervisedForestBase):
         z = 0.0 if self.leaf_support_ == "space" else np.log(self.partition_[f.leaf_tree])
         with np.errstate(divide="ignore"):
             log_base = np.log(self.leaf_share_) - z - 0.5 * logdet - 0.5 * keep.size * math.log(2 * math.pi)
-        tree_start = np.searchsorted(f.leaf_tree, np.arange(f.n_trees + 1)).astype(np.int64)
-        if self.leaf_support_ == "space":  # each tree's first leaf starts the bound: any leaf will do
+        if self.leaf_support_ == "space":
+            tree_start = self._tree_start()  # each tree's first leaf starts the bound: any leaf will do
             first = np.broadcast_to(tree_start[:-1], (X64.shape[0], f.n_trees))
             with numba_threads(self.n_jobs):
                 return _space_log_density(np.ascontiguousarray(first), X64, mu_s, chol_inv, log_base, tree_start)
         return self._cell_marginal(X64, keep, rest, mu_s, chol_inv, log_base)
 
     def _cell_marginal(self, X64, keep, rest, mu_s, chol_inv, log_base, chunk: int = 256) -> np.ndarray:
-        """`score_marginal` in axis-aligned cells, points in chunks (a chunk's (point, leaf) pairs at once)."""
+        """`score_marginal` in axis-aligned cells, points in chunks (a chunk's (point, leaf) pairs at once);
+        `chol_inv` is the inverse Cholesky factor of the kept features' covariances, so Sigma_SS^-1 = L^-T L^-1."""
         cov = self.leaf_cov_
         cov_rs = cov[:, rest][:, :, keep]
-        gain = np.einsum("lrk,lkj->lrj", cov_rs, np.linalg.inv(cov[:, keep][:, :, keep]))  # Sigma_RS Sigma_SS^-1
+        gain = np.einsum("lrk,lmk,lmj->lrj", cov_rs, chol_inv, chol_inv)  # Sigma_RS Sigma_SS^-1
         cond_cov = cov[:, rest][:, :, rest] - np.einsum("lrk,lqk->lrq", gain, cov_rs)
         cond_cov = 0.5 * (cond_cov + cond_cov.transpose(0, 2, 1))
         lo_s, hi_s = self.cell_lo_[:, keep], self.cell_hi_[:, keep]
