@@ -97,7 +97,7 @@ class Tile:
 
 
 def prepare(image, spacing=None, rgb: bool | None = None, scales=None, tile: Tile | None = None,
-            buffer: np.ndarray | None = None) -> PreparedImage:
+            buffer: np.ndarray | None = None, window: tuple[slice, slice] | None = None) -> PreparedImage:
     """Guide and features of an image.
 
     Parameters
@@ -110,6 +110,9 @@ def prepare(image, spacing=None, rgb: bool | None = None, scales=None, tile: Til
         far as the filters' reach stays inside the cut)
     buffer : float32 memory of at least n_voxels x n_features values that the feature matrix may be written into
         (tiles reuse one: a fresh matrix of a 1152 x 1152 tile is 175 MB of new pages, 0.2 s to touch)
+    window : (rows, columns) slices of a picture: the guide and the features of that part alone, the filters still
+        reading the whole picture around it (a tile's core and the margin its cut needs; the rest of the
+        picture is only the filters' reach)
     """
     if isinstance(image, Image):
         array = np.asarray(image.array)
@@ -142,14 +145,25 @@ def prepare(image, spacing=None, rgb: bool | None = None, scales=None, tile: Til
     else:
         guide = _stretch(array.astype(np.float32), None if tile is None else tile.bounds)[None, ..., None]
         sp = np.ones(3)
-    return PreparedImage(kind, tuple(guide.shape[:3] if kind == "volume" else guide.shape[1:3]), sp, guide,
-                         pixel_features(guide, sp, kind, scales, tile, buffer))
+    if window is not None:
+        if kind == "volume":
+            raise InvalidInputError("a window is cut from a picture, not a volume")
+        sides = guide.shape[1:3]
+        if (len(window) != 2 or not all(isinstance(w, slice) and w.step in (None, 1) for w in window)
+                or min(len(range(*w.indices(n))) for w, n in zip(window, sides, strict=True)) < 2):
+            raise InvalidInputError(f"a window is two slices (rows, columns) of at least 2 pixels each within the "
+                                    f"picture's {sides}, got {window!r}")
+    features = pixel_features(guide, sp, kind, scales, tile, buffer, window)
+    if window is not None:
+        guide = np.ascontiguousarray(guide[(slice(None), *window)])
+    return PreparedImage(kind, tuple(guide.shape[:3] if kind == "volume" else guide.shape[1:3]), sp, guide, features)
 
 
 def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=None, tile: Tile | None = None,
-                   buffer: np.ndarray | None = None) -> np.ndarray:
+                   buffer: np.ndarray | None = None, window: tuple[slice, slice] | None = None) -> np.ndarray:
     """(n_voxels, n_features) float32 from a (z, y, x, c) guide; see the module docstring. A `tile`'s positions
-    are those in the whole picture."""
+    are those in the whole picture; with a `window` (a picture's rows and columns) only its pixels get rows,
+    the filters reading the whole guide."""
     volume = kind == "volume"
     scales = tuple(scales) if scales is not None else (VOLUME_SCALES_MM if volume else PLANAR_SCALES)
     planes = guide if volume else guide[0]  # filters run in 3-D on volumes, 2-D on pictures
@@ -163,14 +177,19 @@ def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=Non
         columns.extend(smooth(channel, sp))
     columns.extend(edges(planes[..., 0], sp))
     shape = planes.shape[:-1]
+    if window is not None:
+        columns = [col[window] for col in columns]
     offset = (0,) * len(shape) if tile is None else tile.offset
-    grids = np.meshgrid(*[np.arange(o, o + n, dtype=np.float32) for o, n in zip(offset, shape, strict=True)],
+    if window is not None:
+        offset = tuple(o + (w.indices(n)[0]) for o, w, n in zip(offset, window, shape, strict=True))
+    seen = columns[0].shape
+    grids = np.meshgrid(*[np.arange(o, o + n, dtype=np.float32) for o, n in zip(offset, seen, strict=True)],
                         indexing="ij")
     if volume:
         columns.extend((g - (n - 1) / 2.0) * float(s) for g, n, s in zip(grids, shape, spacing, strict=True))
     else:
         columns.extend(g * (100.0 / max(shape if tile is None else tile.whole_shape)) for g in grids)
-    return interleave([np.ravel(col) for col in columns], buffer)
+    return interleave(columns, buffer)
 
 
 # Rows of the feature matrix filled per block: a block of every column (65,536 x 33 float32 = 8.6 MB for RGB)
@@ -179,23 +198,30 @@ def pixel_features(guide: np.ndarray, spacing: np.ndarray, kind: str, scales=Non
 INTERLEAVE_ROWS = 1 << 16
 
 
-def interleave(flat: list[np.ndarray], buffer: np.ndarray | None = None) -> np.ndarray:
-    """(n, len(flat)) float32 matrix whose k-th column is flat[k], each (n,), written into the start of `buffer`
-    (float32, contiguous) when it is large enough. The blocks are shared out between the threads numba may use
-    (numpy's copies release the GIL)."""
-    n = flat[0].size
-    size = n * len(flat)
+def interleave(columns: list[np.ndarray], buffer: np.ndarray | None = None) -> np.ndarray:
+    """(n, len(columns)) float32 matrix whose k-th column is columns[k] in C order; the columns share one shape
+    (n values; views with strides, such as a window of a picture, are read in place), written into the start of
+    `buffer` (float32, contiguous) when it is large enough. The blocks are shared out between the threads numba
+    may use (numpy's copies release the GIL)."""
+    shape = columns[0].shape
+    n = int(np.prod(shape))
+    size = n * len(columns)
     if buffer is not None and buffer.dtype == np.float32 and buffer.flags.c_contiguous and buffer.size >= size:
-        out = buffer.reshape(-1)[:size].reshape(n, len(flat))
+        out = buffer.reshape(-1)[:size].reshape(n, len(columns))
     else:
-        out = np.empty((n, len(flat)), dtype=np.float32)
+        out = np.empty((n, len(columns)), dtype=np.float32)
+    # a block is whole lines of the first axis, about INTERLEAVE_ROWS values each
+    inner = n // shape[0] if shape and shape[0] else max(n, 1)
+    lines = max(1, INTERLEAVE_ROWS // max(inner, 1))
+    framed = out.reshape(*shape, len(columns))
 
     def blocks(k0: int, k1: int) -> None:
-        for b0 in range(k0 * INTERLEAVE_ROWS, min(n, k1 * INTERLEAVE_ROWS), INTERLEAVE_ROWS):
-            b1 = min(b0 + INTERLEAVE_ROWS, n)
-            np.stack([f[b0:b1] for f in flat], axis=1, out=out[b0:b1])
+        for b0 in range(k0 * lines, min(shape[0], k1 * lines), lines):
+            b1 = min(b0 + lines, shape[0])
+            np.stack([c[b0:b1] for c in columns], axis=-1, out=framed[b0:b1])
 
-    run_ranges(blocks, -(-n // INTERLEAVE_ROWS), chunks_per_thread=4)
+    if n:
+        run_ranges(blocks, -(-shape[0] // lines), chunks_per_thread=4)
     return out
 
 

@@ -34,12 +34,14 @@ from imageforest.imaging.io import Image
 from imageforest.imaging.regularize import graph_cut
 from imageforest.kernels import njit
 
-# Pictures above this many pixels (2048 x 2048) are segmented in tiles of TILE x TILE pixels, each with a margin of
-# TILE_HALO: the largest filter reaches 48 pixels (4 sigma of the scale-8 Gaussians, the structure tensor's outer
-# window included), and the cut gets room beyond it, so that neighbouring tiles agree at their seams.
+# Pictures above this many pixels (2048 x 2048) are segmented in tiles of TILE x TILE pixels. The forest and the
+# cut see each tile with a margin of TILE_MARGIN pixels, so that neighbouring tiles agree at their seams; the
+# filters read TILE_HALO pixels around the core, the margin plus the largest filter's reach (48 pixels: 4 sigma of
+# the scale-8 Gaussians, the structure tensor's outer window included), so the margin's features are the picture's.
 TILED_ABOVE = 1 << 22
 TILE = 1024
-TILE_HALO = 64
+TILE_MARGIN = 16
+TILE_HALO = TILE_MARGIN + 48
 
 
 @dataclass
@@ -232,22 +234,24 @@ class SegmentationForest(ClassificationForest):
                             p.reshape(*shape, -1), entropy(p).reshape(shape), self.classes_.copy())
 
     def segment_tiles(self, picture, rgb: bool | None = None, tile: int = TILE, halo: int = TILE_HALO,
-                      maps: bool = True, labels_out=None) -> Segmentation:
+                      maps: bool = True, labels_out=None, margin: int = TILE_MARGIN) -> Segmentation:
         """`segment` of a picture (y, x) or (y, x, 3|4) tile by tile, so that memory follows the tile, not the
-        picture: each `tile` x `tile` core is prepared with a margin of `halo` pixels (the filters' reach: its
-        features are the whole picture's) and cut with it, coarse to fine (`graph_cut(..., banded=True)`); only the
-        core is kept. `picture` may be a dask or zarr array (or an OME-Zarr `ChunkedArray`): each tile then reads
-        only its own part. Without `maps` the posterior and uncertainty maps are not kept
-        (`Segmentation.posterior_sums` instead). `labels_out`: an array (y, x) of the label dtype, e.g. an on-disk
-        zarr array whose chunks each lie within one tile (`label_store`), that each tile writes its labels into
-        as it finishes; the picture's labels are then never held in memory."""
+        picture: each `tile` x `tile` core with a margin of `margin` pixels gets its features (the filters reading
+        `halo` pixels around the core: with `halo` >= `margin` + 48 they are the whole picture's), its posterior
+        and its cut, coarse to fine (`graph_cut(..., banded=True)`); only the core is kept. `picture` may be a
+        dask or zarr array (or an OME-Zarr `ChunkedArray`): each tile then reads only its own part. Without
+        `maps` the posterior and uncertainty maps are not kept (`Segmentation.posterior_sums` instead).
+        `labels_out`: an array (y, x) of the label dtype, e.g. an on-disk zarr array whose chunks each lie within
+        one tile (`label_store`), that each tile writes its labels into as it finishes; the picture's labels are
+        then never held in memory."""
         self.check_fitted()
         array = _array_like(picture)  # a dask or zarr array stays one: each tile reads its own part
         kind = image_kind(array, rgb)
         if kind == "volume":
             raise InvalidInputError("volumes are segmented whole; tiles are for pictures")
-        if tile < 16 or halo < 0:
-            raise InvalidInputError(f"tiles need a side of at least 16 pixels and a halo >= 0, got {tile}, {halo}")
+        if tile < 16 or not 0 <= margin <= halo:
+            raise InvalidInputError(f"tiles need a side of at least 16 pixels and 0 <= margin <= halo, got tile "
+                                    f"{tile}, margin {margin}, halo {halo}")
         h, w = array.shape[:2]
         bounds = None
         if kind == "grey":  # the whole picture's stretch; a picture not in memory gives it from a grid of 16M pixels
@@ -272,7 +276,7 @@ class SegmentationForest(ClassificationForest):
         # Each thread writes its tiles' feature matrices into one buffer: a fresh matrix per tile would be new
         # pages every time (175 MB a tile, 0.2 s to touch).
         buffers = threading.local()
-        largest = min(tile + 2 * halo, h) * min(tile + 2 * halo, w) * int(self.n_features_in_)
+        largest = min(tile + 2 * margin, h) * min(tile + 2 * margin, w) * int(self.n_features_in_)
 
         def one_tile(corner: tuple[int, int]) -> None:
             y0, x0 = corner
@@ -280,12 +284,16 @@ class SegmentationForest(ClassificationForest):
             ya, xa, yb, xb = max(y0 - halo, 0), max(x0 - halo, 0), min(y1 + halo, h), min(x1 + halo, w)
             if getattr(buffers, "features", None) is None:
                 buffers.features = np.empty(largest, dtype=np.float32)
+            # the part the forest and the cut see: the core and its margin, within the read part
+            wa, wb = max(y0 - margin, 0), min(y1 + margin, h)
+            va, vb = max(x0 - margin, 0), min(x1 + margin, w)
             prepared = prepare(np.asarray(array[ya:yb, xa:xb]), rgb=kind == "rgb",
-                               tile=Tile((ya, xa), (h, w), bounds), buffer=buffers.features)
+                               tile=Tile((ya, xa), (h, w), bounds), buffer=buffers.features,
+                               window=(slice(wa - ya, wb - ya), slice(va - xa, vb - xa)))
             p = self.pixel_posterior(prepared).astype(np.float32)
             idx = graph_cut(p.reshape(*prepared.guide.shape[:3], -1), prepared.guide, prepared.spacing,
                             float(self.smoothness), banded=True)
-            core = (slice(y0 - ya, y1 - ya), slice(x0 - xa, x1 - xa))
+            core = (slice(y0 - wa, y1 - wa), slice(x0 - va, x1 - va))
             chosen = idx.reshape(prepared.shape)[core]
             labels[y0:y1, x0:x1] = self.classes_[chosen]  # a chunk of its own when `labels_out` is on disk
             counts[corner] = np.bincount(chosen.ravel(), minlength=n_classes)

@@ -85,7 +85,8 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--side", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--no-whole", action="store_true", help="skip the whole-picture peer (it needs ~14 GB)")
+    ap.add_argument("--no-whole", action="store_true",
+                    help="skip the whole-picture peer (at a side of 10,000 it needs over 24 GB)")
     args = ap.parse_args()
     exe = [sys.executable, "-m", "imageforest.cli"]
     pictures = sorted(Path(p) for p in glob.glob(str(args.data / "images" / "*.jpg")))
@@ -109,7 +110,10 @@ def main() -> None:
                 print(f"  the whole picture at once: peak {peak_whole:.2f} GB; labels agree on "
                       f"{np.mean(tiled == whole) * 100:.4f}% of pixels", flush=True)
             else:
-                print(f"  the whole picture at once failed: {probe.stderr.strip().splitlines()[-1]}", flush=True)
+                lines = probe.stderr.strip().splitlines()
+                why = lines[-1] if lines else (f"killed by signal {-probe.returncode} (out of memory?)"
+                                               if probe.returncode < 0 else f"exit code {probe.returncode}")
+                print(f"  the whole picture at once failed: {why}", flush=True)
         folder = work / "batch"
         folder.mkdir()
         for k in range(args.batch):

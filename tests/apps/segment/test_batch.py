@@ -230,6 +230,32 @@ def test_large_pictures_are_segmented_in_tiles_that_agree_with_the_whole(monkeyp
     assert np.array_equal(forest.segment(lazy, maps=False).labels, whole.labels)
 
 
+def test_a_window_of_a_picture_has_the_whole_pictures_features_and_guide():
+    """`prepare(..., window=...)`: the rows of the window's pixels alone, as the whole picture gives them where the
+    filters' reach (48 pixels) stays inside what was read; a tile's margin is cut from the part its filters read."""
+    from imageforest.apps.segment import SegmentationSession, prepare
+    from imageforest.apps.segment.features import Tile
+    from imageforest.exceptions import InvalidInputError
+
+    img, _ = disc_picture()
+    big = np.tile(img, (4, 4, 1))  # 240 x 320
+    whole = prepare(big, rgb=True)
+    h, w = big.shape[:2]
+    # a tile read at rows 30.. and columns 70.. of the picture; the window keeps 48 pixels inside each cut side
+    part = big[30:, 70:]
+    rows, cols = slice(48, 120), slice(48, 200)
+    seen = prepare(part, rgb=True, tile=Tile((30, 70), (h, w), None), window=(rows, cols))
+    assert seen.shape == (72, 152) and seen.guide.shape == (1, 72, 152, 3)
+    expected = whole.features.reshape(h, w, -1)[78:150, 118:270].reshape(-1, whole.features.shape[1])
+    assert np.allclose(seen.features, expected, atol=1e-4)
+    assert np.array_equal(seen.guide, whole.guide[:, 78:150, 118:270])
+    session = SegmentationSession(img)
+    session.set_scribbles(strokes(fg=1, bg=2))
+    session.update()
+    with pytest.raises(InvalidInputError, match="margin"):  # a margin wider than what the filters read
+        session.model().segment_tiles(big, tile=64, halo=16, margin=32)
+
+
 def test_a_picture_too_large_for_maps_segments_when_only_labels_are_written(folder, tmp_path, monkeypatch):
     """Labels alone take about a byte a pixel: a saved model takes larger pictures when no map is asked for."""
     import imageforest.apps.segment.image_files as image_files
