@@ -25,8 +25,8 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
                  smoothness: float | None = None, geodesic_weight: float | None = None, keep_model: bool = False,
                  init: str | Path | None = None, background: int | None = None, init_weight: float | None = None,
                  colour_weight: float | None = None, maps: bool = True, labels_to: str | Path | None = None,
-                 extent_margin: float | None = None, slice_path_scale: float | None = None
-                 ) -> tuple[Segmentation, Image, SegmentationForest | None]:
+                 extent_margin: float | None = None, slice_path_scale: float | None = None,
+                 stroke_regions: bool | None = None) -> tuple[Segmentation, Image, SegmentationForest | None]:
     """Segment the picture or volume at `image` from its `scribbles` (a label image file on its grid) or with a
     saved `model` (a path or a loaded model); exactly one of the two.
 
@@ -41,7 +41,8 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     keeps its labels (an on-disk zarr array, written tile by tile: the labels are then never in memory; the
     result's `labels` is that array, for `write_labels` to an OME-Zarr mask); the caller removes it.
     `extent_margin`: how far a volume's class painted on separate slices reaches beyond them;
-    `slice_path_scale`: the share of a geodesic step across those slices that counts (`SegmentationSession`).
+    `slice_path_scale`: the share of a geodesic step across those slices that counts; `stroke_regions`: keep
+    only the regions of each class that hold one of its strokes (`SegmentationSession`).
     """
     if (scribbles is None) == (model is None):
         raise InvalidInputError("give either scribbles (train on this image) or a model (apply a saved one)")
@@ -60,7 +61,7 @@ def segment_file(image: str | Path, scribbles: str | Path | None = None, model: 
     forest = SegmentationForest.for_kind(picture.ndim == 3, n_trees=n_trees, max_depth=max_depth)
     session = SegmentationSession(picture, forest=forest, geodesic_weight=geodesic_weight, smoothness=smoothness,
                                   colour_weight=colour_weight, extent_margin=extent_margin,
-                                  slice_path_scale=slice_path_scale)
+                                  slice_path_scale=slice_path_scale, stroke_regions=stroke_regions)
     session.set_scribbles(labels)
     if init is not None:
         session.set_init(read_scribbles(init, picture, "the init"), background,

@@ -62,6 +62,10 @@ def commands() -> None:
 @click.option("--slice-path-scale", type=float, default=None,
               help="In a volume painted on separate slices, the share of a geodesic step across them that counts "
                    f"(1: none discounted) [default: {VOLUME['slice_path_scale']:g}].")
+@click.option("--stroke-regions", is_flag=True,
+              help="Keep only the regions of each class that hold one of its strokes (the background, the largest "
+                   "scribbled number, keeps all of its own): for one object per class. Without it a class also "
+                   "takes unpainted regions that look like it (every cell of a kind from strokes on a few).")
 @click.option("--trees", type=int, default=FOREST["n_trees"], show_default=True, help="T, trees of the forest.")
 @click.option("--depth", type=int, default=FOREST["max_depth"], show_default=True, help="D, the trees' depth limit.")
 @click.option("--init", "init_path", type=click.Path(path_type=Path), default=None,
@@ -81,7 +85,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
             mask_alias: Path | None, overlay_path: Path | None, threads: int | None, proba_path: Path | None,
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
             geodesic_weight: float | None, colour_weight: float | None, extent_margin: float | None,
-            slice_path_scale: float | None, trees: int, depth: int, init_path: Path | None, background: int | None,
+            slice_path_scale: float | None, stroke_regions: bool, trees: int, depth: int, init_path: Path | None,
+            background: int | None,
             json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
@@ -111,7 +116,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
     if len(image_list) > 1 or workers is not None or scheduler is not None or resume:
         if init_path is not None:
             raise _fail("--init belongs to one image and its scribbles, not to a batch")
-        for flag, given in (("--extent-margin", extent_margin), ("--slice-path-scale", slice_path_scale)):
+        for flag, given in (("--extent-margin", extent_margin), ("--slice-path-scale", slice_path_scale),
+                            ("--stroke-regions", stroke_regions or None)):
             if given is not None:
                 raise _fail(f"{flag} belongs to scribbles; a batch applies the saved model as it is")
         _segment_batch(image_list, model_path, scribbles_path, save_model_path, smoothness, geodesic_weight,
@@ -123,6 +129,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
     image = image_list[0]
     if (scribbles_path is None) == (model_path is None):
         raise _fail("give either --scribbles (train on this image) or --model (apply a saved model)")
+    if model_path is not None and stroke_regions:
+        raise _fail("--stroke-regions belongs to scribbles; a saved model (--model) is applied as it is")
     if model_path is not None and save_model_path is not None:
         raise _fail("--save-model needs --scribbles (a model given with --model is already saved)")
     if init_path is not None and scribbles_path is None:
@@ -157,6 +165,7 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
                                                   smoothness=smoothness, geodesic_weight=geodesic_weight,
                                                   colour_weight=colour_weight, extent_margin=extent_margin,
                                                   slice_path_scale=slice_path_scale,
+                                                  stroke_regions=True if stroke_regions else None,
                                                   keep_model=save_model_path is not None, init=init_path,
                                                   background=background, maps=maps, labels_to=staging)
             # every output of the run moves into place together, or none does

@@ -60,6 +60,7 @@ import numpy as np
 from imageforest.apps.segment.features import PreparedImage, prepare
 from imageforest.apps.segment.model import MAX_SMOOTHNESS, Segmentation, SegmentationForest, entropy, label_dtype
 from imageforest.apps.segment.recipe import PICTURE, VOLUME
+from imageforest.apps.segment.regions import keep_stroked_regions
 from imageforest.estimators.base import numba_threads
 from imageforest.exceptions import InvalidInputError
 from imageforest.forest.threads import n_threads, run_ranges
@@ -134,13 +135,17 @@ class SegmentationSession:
         held. Pictures are not bounded.
     slice_path_scale : in a volume whose strokes lie on separate slices, the share of a geodesic step across those
         slices that counts (1: the voxel spacing as it is); None: the recipe's for volumes
+    stroke_regions : after each cut, a region of a class (connected through faces, edges and corners) that holds
+        none of its strokes goes to the background (the largest scribble number, or the init's; its own regions
+        and a locked class's stay); None: the recipe's
     """
 
     def __init__(self, image, spacing=None, rgb: bool | None = None, forest: SegmentationForest | None = None,
                  geodesic_weight: float | None = None, gamma: float = 1.0, smoothness: float | None = None,
                  max_training_pixels: int = 20000, colour_weight: float | None = None,
                  colour_rounds: int | None = None, local_updates: bool = True,
-                 extent_margin: float | None = None, slice_path_scale: float | None = None) -> None:
+                 extent_margin: float | None = None, slice_path_scale: float | None = None,
+                 stroke_regions: bool | None = None) -> None:
         if extent_margin is not None and not (isinstance(extent_margin, (int, float)) and extent_margin >= 0):
             raise InvalidInputError(f"extent_margin must be a number >= 0 (inf: no bound), got {extent_margin!r}")
         if slice_path_scale is not None and not (isinstance(slice_path_scale, (int, float))
@@ -174,6 +179,8 @@ class SegmentationSession:
         self.extent_margin = float(recipe.get("extent_margin", np.inf) if extent_margin is None else extent_margin)
         self.slice_path_scale = float(recipe.get("slice_path_scale", 1.0) if slice_path_scale is None
                                       else slice_path_scale)
+        self.stroke_regions = bool(recipe.get("stroke_regions", False) if stroke_regions is None
+                                   else stroke_regions)
         self.scribbles = np.zeros(self.prepared.shape, dtype=np.int64)
         self.init: np.ndarray | None = None
         self.init_weight = INIT_WEIGHT
@@ -316,8 +323,9 @@ class SegmentationSession:
             self._edges = (self.smoothness, contrast_weights(self.prepared.guide, self.prepared.spacing,
                                                              self.smoothness))
         edges = self._edges[1] if self._edges else None
-        idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
-                        self.smoothness, fixed.reshape(grid), edges=edges)
+        regions = self._regions(fixed, classes, held)
+        idx = regions(graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
+                                self.smoothness, fixed.reshape(grid), edges=edges))
         t3 = time.perf_counter()
         timing["graph_cut"] = t3 - t2
         if self.colour_weight > 0 and self.colour_rounds > 0:
@@ -331,8 +339,8 @@ class SegmentationSession:
                 pooled = pool_log_linear(strokes, p_colour, self.colour_weight)
                 if self.locked:
                     pooled = self._apply_locks(pooled, classes, fixed)
-                idx = graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide, self.prepared.spacing,
-                                self.smoothness, fixed.reshape(grid), edges=edges)
+                idx = regions(graph_cut(pooled.reshape(*grid, classes.size), self.prepared.guide,
+                                        self.prepared.spacing, self.smoothness, fixed.reshape(grid), edges=edges))
             timing["colour"] = time.perf_counter() - t3
         shape = self.shape
         self.result = Segmentation(self._labels(idx, classes, flat, untouched, background).reshape(shape),
@@ -340,6 +348,20 @@ class SegmentationSession:
                                    entropy(pooled).reshape(shape), classes, timing)
         self.preview = None
         return self.result
+
+    def _regions(self, fixed: np.ndarray, classes: np.ndarray, held: int):
+        """What each cut's class indices go through: `keep_stroked_regions` with the strokes (and the voxels an
+        init fixes to the background) as seeds, or nothing when `stroke_regions` is off."""
+        if not self.stroke_regions:
+            return lambda idx: idx
+        grid = self.prepared.guide.shape[:3]
+        background = int(np.searchsorted(classes, held))
+        exempt = np.isin(classes, list(self.locked))
+
+        def regions(idx):
+            return keep_stroked_regions(np.asarray(idx).ravel(), grid, fixed, background, exempt).reshape(
+                np.shape(idx))
+        return regions
 
     def _labels(self, idx, classes: np.ndarray, flat: np.ndarray, untouched: np.ndarray | None,
                 background: int | None) -> np.ndarray:

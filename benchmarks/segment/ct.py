@@ -134,6 +134,8 @@ def main() -> None:
                         help="the session's extent margin (default: the recipe's for volumes; inf: no bound)")
     parser.add_argument("--slice-path-scale", type=float, default=None,
                         help="the session's slice path scale (default: the recipe's for volumes; 1: none)")
+    parser.add_argument("--stroke-regions", choices=("on", "off"), default=None,
+                        help="the session's stroke_regions (default: the recipe's for volumes)")
     parser.add_argument("--extent-margins", default=None,
                         help="comma-separated extent margins (inf: no bound) each scored as one more column, from "
                              "the same session's strokes (the first column keeps the recipe's)")
@@ -173,7 +175,9 @@ def main() -> None:
         session = SegmentationSession(ct, colour_weight=args.colour_weight,
                                       colour_rounds=None if args.colour_weight is None else 2,
                                       local_updates=not args.no_local, extent_margin=args.extent_margin,
-                                      slice_path_scale=args.slice_path_scale)
+                                      slice_path_scale=args.slice_path_scale,
+                                      stroke_regions=None if args.stroke_regions is None
+                                      else args.stroke_regions == "on")
         t1 = time.perf_counter()
         # as a user paints: every stroke but the last one (the first organ's top slice), an update, then that
         # stroke and the update it starts

@@ -10,7 +10,8 @@ the same inputs:
 - imageforest: `SegmentationSession` (forest on the scribbled pixels + geodesic transduction + graph cut + colour
   rounds), and its ingredients switched off one at a time (forest alone = a supervised-only forest on the scribbled
   pixels; without the geodesic term; without the graph cut; without the colour rounds; geodesic transduction alone
-  with the cut);
+  with the cut), and with `stroke_regions` on (`--stroke-regions`: the foreground keeps only the regions its
+  strokes touch);
 - scikit-image's trainable segmenter: `fit_segmenter` with scikit-learn's RandomForestClassifier (50 trees, depth
   10, 5% samples per tree, as scikit-image's example) on `multiscale_basic_features` (sigma 1-16, colour);
 - scikit-image's `random_walker` on the L*a*b* image (beta 130, the scribbles as seeds);
@@ -101,6 +102,7 @@ def grabcut_peer(img, scr, prepared):
 
 METHODS = {
     "imageforest": ours({}),
+    "  with stroke regions (--stroke-regions)": ours({"stroke_regions": True}),
     "  forest alone (supervised)": ours({"geodesic_weight": 0.0, "smoothness": 0.0}),
     "  without geodesic": ours({"geodesic_weight": 0.0}),
     "  without graph cut": ours({"smoothness": 0.0}),

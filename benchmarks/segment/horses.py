@@ -12,8 +12,8 @@ strokes are simulated from each mask, in two densities (a fixed draw per picture
 
 Scored: the mean foreground IoU against the mask per method and density, the pictures where imageforest beats
 GrabCut, and the median seconds per picture; all in this process on the same inputs, imageforest with its recipe
-(`SegmentationSession` defaults, chosen on the GrabCut pictures). The scribbles are not a person's: the figures
-compare the methods on new pictures, not with the GrabCut set's real strokes.
+(`SegmentationSession` defaults, chosen on the GrabCut pictures) and with `stroke_regions` on. The scribbles are
+not a person's: the figures compare the methods on new pictures, not with the GrabCut set's real strokes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from grabcut import grabcut_peer, ours, random_walker_peer  # the same peers as 
 
 from imageforest.apps.segment import prepare
 
-METHODS = {"imageforest": ours({}), "OpenCV GrabCut": grabcut_peer, "skimage random_walker": random_walker_peer}
+METHODS = {"imageforest": ours({}), "imageforest --stroke-regions": ours({"stroke_regions": True}),
+           "OpenCV GrabCut": grabcut_peer, "skimage random_walker": random_walker_peer}
 
 
 def load(root: Path, name: str) -> tuple[np.ndarray, np.ndarray]:

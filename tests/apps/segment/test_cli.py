@@ -110,6 +110,10 @@ def test_volume_mask_keeps_the_geometry(tmp_path: Path, ball_volume):
                 "--slice-path-scale", "0"], "slice_path_scale"),
     (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", r / "pic.png", "-o", r / "out",
                 "--slice-path-scale", "0.5"], "--slice-path-scale belongs to scribbles"),
+    (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", "-o", r / "x.png", "--stroke-regions"],
+     "--stroke-regions belongs to scribbles"),
+    (lambda r: ["segment", r / "pic.png", "--model", r / "m.npz", r / "pic.png", "-o", r / "out",
+                "--stroke-regions"], "--stroke-regions belongs to scribbles"),
 ])
 def test_bad_input_is_one_line_and_exit_1(files, make_args, message):
     root, _ = files
@@ -120,6 +124,22 @@ def test_bad_input_is_one_line_and_exit_1(files, make_args, message):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0]
     assert (root / "scribbles.png").read_bytes() == before
     assert not list(root.glob(".x.*"))  # no temporary file left behind
+
+
+def test_stroke_regions_drop_a_lookalike_no_stroke_touches(tmp_path: Path):
+    """`--stroke-regions`: a second disc like the painted one, which no stroke touches, goes to the background;
+    without it the colour rounds give it to the disc's class."""
+    img, disc = disc_picture(shape=(60, 160))
+    twin = np.roll(disc, 80, axis=1)
+    img[twin] = img[disc]
+    PILImage.fromarray(img).save(tmp_path / "twins.png")
+    PILImage.fromarray(np.pad(strokes(fg=1, bg=2), ((0, 0), (0, 80)))).save(tmp_path / "s.png")  # left disc only
+    for flag, expected in (([], 1), (["--stroke-regions"], 2)):
+        r = run("segment", tmp_path / "twins.png", "--scribbles", tmp_path / "s.png", "-o", tmp_path / "m.png",
+                *flag)
+        assert r.exit_code == 0, r.output
+        mask = np.array(PILImage.open(tmp_path / "m.png"))
+        assert np.mean(mask[twin] == expected) > 0.9 and np.mean(mask[disc] == 1) > 0.9
 
 
 def test_a_model_for_grey_pictures_refuses_a_colour_one(files, tmp_path: Path):

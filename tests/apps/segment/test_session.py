@@ -234,6 +234,23 @@ def test_colour_rounds_reach_a_region_no_stroke_reaches():
     assert np.allclose(result.probabilities.sum(axis=-1), 1.0, atol=1e-5)
 
 
+def test_stroke_regions_keep_only_the_regions_a_class_was_painted_in():
+    """With `stroke_regions` the right blob, which the colour rounds give the foreground although no foreground
+    stroke touches it, goes back to the background; the painted blob stays. Off (the default), both are kept."""
+    img, scr, left, right = two_blobs()
+    both = SegmentationSession(img)
+    both.set_scribbles(scr)
+    assert not both.stroke_regions and np.mean(both.update().labels[right] == 1) > 0.9
+    painted = SegmentationSession(img, stroke_regions=True)
+    painted.set_scribbles(scr)
+    labels = painted.update().labels
+    assert np.mean(labels[right] == 2) == 1.0 and np.mean(labels[left] == 1) > 0.9
+    assert np.all(labels[scr > 0] == scr[scr > 0])
+    both.lock(1)  # a locked class keeps its pixels, the unpainted blob among them
+    both.stroke_regions = True
+    assert np.mean(both.update().labels[right] == 1) > 0.9
+
+
 def test_colour_settings_default_by_image_kind_and_are_checked(picture, ball_volume):
     from imageforest.apps.segment.recipe import PICTURE
 

@@ -140,6 +140,9 @@ class SegmentationWidget(QWidget):
         self.from_organs = QCheckBox(f"Start from the '{ORGANS_LAYER}' layer (paint an organ's number to correct "
                                      "it, the background with a new number)")
         self.from_organs.setChecked(True)
+        self.stroke_regions = QCheckBox("Only regions I painted (one object per label)")
+        self.stroke_regions.setToolTip("A label keeps only the regions that hold one of its strokes; off, it also "
+                                       "takes unpainted regions that look like it (every cell from a few)")
         self.suggest_button = QPushButton("Next suggestion")
         self.lock_button = QPushButton("Lock the selected label")
         self.lock_button.setToolTip("Its pixels stay as they are through later strokes until unlocked")
@@ -160,6 +163,7 @@ class SegmentationWidget(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(self.hide_background)
         layout.addWidget(self.from_organs)
+        layout.addWidget(self.stroke_regions)
         layout.addWidget(self.suggest_button)
         locks = QHBoxLayout()
         locks.addWidget(self.lock_button)
@@ -189,6 +193,7 @@ class SegmentationWidget(QWidget):
         self.save_button.clicked.connect(self._save_dialog)
         self.load_button.clicked.connect(self._load_dialog)
         self.export_button.clicked.connect(self._export_dialog)
+        self.stroke_regions.toggled.connect(lambda _: self.request_update())
         self.viewer.layers.events.inserted.connect(self._refresh_layer_lists)
         self.viewer.layers.events.removed.connect(self._refresh_layer_lists)
         self._refresh_layer_lists()
@@ -307,6 +312,7 @@ class SegmentationWidget(QWidget):
         try:
             self.session.set_scribbles(np.asarray(self.scribbles.data))
             self.session.set_init(self._organs())
+            self.session.stroke_regions = self.stroke_regions.isChecked()
         except ImageForestError as exc:
             self._error(exc)
             return

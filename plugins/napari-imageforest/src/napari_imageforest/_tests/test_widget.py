@@ -86,6 +86,28 @@ def test_scribbles_set_from_python_start_an_update(started, qtbot):
     assert np.sum(fg & disc) / np.sum(fg | disc) > 0.8
 
 
+def test_only_painted_regions_when_the_box_is_ticked(make_napari_viewer, qtbot):
+    """Two like discs, strokes on the left one: the right one joins its label until "Only regions I painted" is
+    ticked, which updates the segmentation at once."""
+    viewer = make_napari_viewer()
+    img, disc = disc_picture(shape=(60, 160))
+    twin = np.roll(disc, 80, axis=1)
+    img[twin] = img[disc]
+    viewer.add_image(img, name="twins", rgb=True)
+    widget = SegmentationWidget(viewer)
+    viewer.window.add_dock_widget(widget)
+    widget.image_combo.setCurrentText("twins")
+    widget.start_button.click()
+    qtbot.waitUntil(lambda: widget.session is not None and settled(widget), timeout=WAIT_MS)
+    paint_disc_strokes(viewer.layers["scribbles"])
+    qtbot.waitUntil(lambda: "segmentation" in viewer.layers and settled(widget), timeout=WAIT_MS)
+    assert np.mean(viewer.layers["segmentation"].data[twin] == 1) > 0.9
+    widget.stroke_regions.setChecked(True)
+    qtbot.waitUntil(lambda: settled(widget) and np.mean(viewer.layers["segmentation"].data[twin] == 2) > 0.9,
+                    timeout=WAIT_MS)
+    assert widget.session.stroke_regions and np.mean(viewer.layers["segmentation"].data[disc] == 1) > 0.9
+
+
 def test_model_save_load_and_apply_to_another_layer(started, qtbot, tmp_path):
     viewer, widget, _ = started
     paint_disc_strokes(viewer.layers["scribbles"])
