@@ -27,7 +27,9 @@ part through the image's own geometry):
    the larynx into the pharynx) as far as no other stroke stops it; and the geodesic paths count only
    `slice_path_scale` of each step across those slices, so that a class reaches along the axis the strokes sample
    sparsely as readily as within a slice, where they are dense;
-4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label);
+4. a contrast-sensitive graph cut regularises the labels (`smoothness`; scribbled pixels keep their label); with
+   `stroke_regions`, a class's connected region that holds none of its strokes then goes to the background
+   (`regions.keep_stroked_regions`: one object per class, where unpainted look-alikes are errors);
 5. colour models re-estimated from the cut (GrabCut's iterations; Rother, Kolmogorov and Blake 2004): each class's
    colours in the last labels are fitted by a mixture of Gaussians, whose class posterior p_c is pooled with
    step 3's, p' proportional to p^(1 - c) p_c^c (c = `colour_weight`), and the cut runs again, `colour_rounds`
