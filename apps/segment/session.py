@@ -636,15 +636,19 @@ class SegmentationSession:
 
     # -- induction ----------------------------------------------------------------------------------------
     def model(self, confidence: float = 0.9) -> SegmentationForest:
-        """A forest for other images: grown on the scribbles plus pixels the last update labelled with pooled
-        probability >= `confidence` (at most `max_training_pixels` in all; scribbles weigh 3x)."""
+        """A forest for other images: grown on the scribbles plus pixels the last update labelled with the class of
+        pooled probability >= `confidence` (at most `max_training_pixels` in all; scribbles weigh 3x). A pixel
+        whose label is another class (the cut's, or a look-alike region `stroke_regions` gave the background) is
+        not sure: it would teach the forest that the class's look is another's."""
         if self.result is None:
             raise InvalidInputError("no segmentation yet: call update() first")
         flat = self.scribbles.ravel()
         scribbled = np.flatnonzero(flat)
         labels = self.result.labels.ravel()
-        sure = np.flatnonzero((self.result.probabilities.reshape(flat.size, -1).max(axis=1) >= confidence)
-                              & (flat == 0))
+        proba = self.result.probabilities.reshape(flat.size, -1)
+        top = np.argmax(proba, axis=1)
+        sure = np.flatnonzero((proba[np.arange(flat.size), top] >= confidence) & (flat == 0)
+                              & (labels == self.result.classes[top]))
         scribbled = self._training_pixels(scribbled, self.max_training_pixels // 2, flat[scribbled])
         sure = self._training_pixels(sure, self.max_training_pixels - scribbled.size, labels[sure])
         index = np.concatenate([scribbled, sure])

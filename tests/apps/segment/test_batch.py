@@ -155,9 +155,13 @@ def _two_organ_volume(tmp_path):
 def test_init_corrects_the_scribbled_organ_and_keeps_the_others(tmp_path):
     truth, init = _two_organ_volume(tmp_path)
     r = run("segment", tmp_path / "ct.nii.gz", "--scribbles", tmp_path / "s.nii.gz", "--init",
-            tmp_path / "init.nii.gz", "-o", tmp_path / "mask.nii.gz")
+            tmp_path / "init.nii.gz", "-o", tmp_path / "mask.nii.gz", "--save-model", tmp_path / "m.npz")
     assert r.exit_code == 0, r.output
     mask = read_image(tmp_path / "mask.nii.gz").array
+    from imageforest.apps.segment import SegmentationForest
+
+    # the model is grown on the scribbles' numbers, not the init's 0 and unscribbled organs, and loads
+    assert np.array_equal(SegmentationForest.load(tmp_path / "m.npz").classes_, [1, 3])
     assert set(np.unique(mask)) == {0, 1, 2}  # the init's numbering: 0 background, the strokes' 3 gone
     dice = 2 * np.sum((mask == 1) & (truth == 1)) / (np.sum(mask == 1) + np.sum(truth == 1))
     before = 2 * np.sum((init == 1) & (truth == 1)) / (np.sum(init == 1) + np.sum(truth == 1))
