@@ -102,7 +102,7 @@ def grabcut_peer(img, scr, prepared):
 
 METHODS = {
     "imageforest": ours({}),
-    "  with stroke regions (--stroke-regions)": ours({"stroke_regions": True}),
+    "  with stroke regions": ours({"stroke_regions": True}),
     "  forest alone (supervised)": ours({"geodesic_weight": 0.0, "smoothness": 0.0}),
     "  without geodesic": ours({"geodesic_weight": 0.0}),
     "  without graph cut": ours({"smoothness": 0.0}),
