@@ -32,7 +32,8 @@ def keep_stroked_regions(idx: np.ndarray, grid: tuple[int, int, int], strokes: n
     (n,) int64, a new array
     """
     out = np.ascontiguousarray(idx, dtype=np.int64).ravel().copy()
-    n_cls = int(max(out.max(initial=0), strokes.max(initial=-1), background)) + 1
+    n_cls = int(max(out.max(initial=0), strokes.max(initial=-1), background,
+                    -1 if exempt is None else len(exempt) - 1)) + 1
     keep = np.zeros(n_cls, dtype=np.bool_)
     if exempt is not None:
         keep[: len(exempt)] = exempt

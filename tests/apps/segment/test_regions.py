@@ -31,7 +31,7 @@ def test_a_picture_keeps_the_stroked_blob_and_its_corner_neighbour():
     out = keep_stroked_regions(idx.ravel(), (1, 8, 8), strokes, background=2).reshape(idx.shape)
     assert out[0, 1, 1] == 0 and out[0, 3, 3] == 0
     assert np.all(out[0, 6:8, 6:8] == 2) and out[0, 0, 7] == 2
-    exempt = np.array([False, True, False])  # a locked class keeps its regions
+    exempt = np.array([False, True, False, False])  # a locked class keeps its regions (a 4th class unused)
     kept = keep_stroked_regions(idx.ravel(), (1, 8, 8), strokes, 2, exempt).reshape(idx.shape)
     assert kept[0, 0, 7] == 1 and np.all(kept[0, 6:8, 6:8] == 2)
 
