@@ -86,8 +86,8 @@ def segment(images: tuple[str, ...], scribbles_path: Path | None, model_path: Pa
             uncertainty_path: Path | None, save_model_path: Path | None, smoothness: float | None,
             geodesic_weight: float | None, colour_weight: float | None, extent_margin: float | None,
             slice_path_scale: float | None, stroke_regions: bool, trees: int, depth: int, init_path: Path | None,
-            background: int | None,
-            json_dir: Path | None, workers: int | None, scheduler: str | None, resume: bool) -> None:
+            background: int | None, json_dir: Path | None, workers: int | None, scheduler: str | None,
+            resume: bool) -> None:
     """Segment IMAGE from scribbles (or with a saved model) into a label mask.
 
     With a saved model (--model) IMAGE may be several images, @LIST (a file listing one per line) or a quoted

@@ -274,7 +274,7 @@ class SegmentationForest(ClassificationForest):
         sums: dict[tuple[int, int], np.ndarray] = {}  # per tile, summed in tile order (the same whatever the threads)
         counts: dict[tuple[int, int], np.ndarray] = {}
         # Each thread writes its tiles' feature matrices into one buffer: a fresh matrix per tile would be new
-        # pages every time (175 MB a tile, 0.2 s to touch).
+        # pages every time (about 150 MB a tile with its margin, 0.2 s to touch).
         buffers = threading.local()
         largest = min(tile + 2 * margin, h) * min(tile + 2 * margin, w) * int(self.n_features_in_)
 
