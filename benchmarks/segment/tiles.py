@@ -3,9 +3,10 @@
     python benchmarks/segment/tiles.py ../shared/data/grabcut-scribbles [--tiles 3] [--side 1152]
 
 A model is grown on one GrabCut picture's set-2 scribbles (as `scale.py` grows it). Then `--tiles` GrabCut pictures,
-resized to `--side` pixels square (a 1024-pixel tile with its 64-pixel margins), go through what `segment_tiles`
-does to each tile, on one thread: the features (and, beside them, the same filter bank's Gaussian filters by
-scipy.ndimage), the forest, and the banded graph cut tiles use (and, beside it, the exact cut, by
+resized to `--side` pixels square (a 1024-pixel tile with the 64-pixel halo its filters read), go through what
+`segment_tiles` does to each tile, on one thread: the features of the core and its 16-pixel cut margin (and, beside
+them, the same filter bank's Gaussian filters by scipy.ndimage over the whole tile), the forest, and the banded graph
+cut tiles use (and, beside it, the exact cut, by
 `imageforest.imaging.maxflow` and by PyMaxflow, Kolmogorov's C++ implementation, when it is installed: `pip install
 PyMaxflow`). Last, every tile twice, two at a time on two threads, as `segment_tiles` runs them: seconds per tile.
 Prints medians, the largest difference between the two filter implementations, how the exact cuts agree and how
@@ -33,6 +34,7 @@ from scale import grow_model  # the model scale.py applies
 from benchmarks._measure import rss_bytes
 from imageforest.apps.segment import SegmentationForest, prepare
 from imageforest.apps.segment.features import Tile
+from imageforest.apps.segment.model import TILE_HALO, TILE_MARGIN
 from imageforest.estimators.base import numba_threads
 from imageforest.imaging.gaussian import gaussian_filter, gaussian_laplace
 from imageforest.imaging.regularize import UNARY_FLOOR, contrast_weights, graph_cut
@@ -88,12 +90,14 @@ def main() -> None:
     tiles = [np.asarray(PILImage.open(p).convert("RGB").resize((args.side, args.side)))
              for p in pictures[1:1 + args.tiles]]
     where = Tile((0, 0), (10 * args.side, 10 * args.side), None)
+    # an inner tile: the forest and the cut see the core and its margin, the filters the whole halo
+    inner = slice(TILE_HALO - TILE_MARGIN, args.side - (TILE_HALO - TILE_MARGIN))
     smooth = float(model.smoothness)
     rows = []
 
     def one(picture: np.ndarray, times: list | None = None) -> None:
         t0 = time.perf_counter()
-        prepared = prepare(picture, rgb=True, tile=where)
+        prepared = prepare(picture, rgb=True, tile=where, window=(inner, inner))
         t1 = time.perf_counter()
         p = model.pixel_posterior(prepared).astype(np.float32).reshape(*prepared.guide.shape[:3], -1)
         t2 = time.perf_counter()
@@ -110,7 +114,7 @@ def main() -> None:
             done: list = []
             one(picture, done)
             features, forest, cut, prepared, p, labels, exact_s, banded_agree = done[0]
-            lightness = prepared.guide[0, ..., 0]
+            lightness = prepare(picture, rgb=True).guide[0, ..., 0]  # the whole tile, as the filters read it
             ours = filter_passes(lightness, gaussian_filter, gaussian_laplace)
             peer_filters = filter_passes(lightness, ndimage.gaussian_filter, ndimage.gaussian_laplace)
             peer = pymaxflow_cut(p, prepared.guide, smooth)
