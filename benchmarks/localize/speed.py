@@ -12,6 +12,7 @@ SCAN defaults to the generated phantom. The 512 x 512 x 300 scan is SCAN resampl
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -53,10 +54,13 @@ def cli_seconds(scan: Path, env_extra: dict | None = None) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scan", type=Path, nargs="?", help="a 128^3-like CT scan (default: the generated phantom)")
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        if len(sys.argv) > 1:
-            small = Path(sys.argv[1])
+        if args.scan is not None:
+            small = args.scan
         else:
             small = tmp_path / "phantom_ct.nii.gz"
             write_image(head_neck_phantom(2026)[0], small)
