@@ -51,6 +51,8 @@ def main() -> None:
                     help="the shipped localizer's boxes (it saw every scan, so they are better than a new scan's) or "
                          "those of a localizer trained on the --train-cases scans alone (what a new scan gets)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-model", type=Path, default=None,
+                    help="keep the forest grown here (to score it on the fold's test scans with cross_validate.py)")
     args = ap.parse_args()
 
     cases, organs = openkbp_cases(args.data)
@@ -81,6 +83,8 @@ def main() -> None:
             [scans[i] for i in train], [labels[i] for i in train], [cases[i].boxes for i in train])
         print(f"trained on {len(train)} scans in {time.perf_counter() - t0:.0f} s; validating on {len(val)}",
               flush=True)
+        if args.save_model is not None:
+            model.save(args.save_model)
     forest_runs: dict = {}  # the forest runs once per scan; the grid's settings act after it
 
     def score(setting: dict, scans_used: list[int]) -> np.ndarray:
