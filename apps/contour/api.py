@@ -116,38 +116,52 @@ def back_to_scan(contours: Contours, work: Image, scan: Image, posterior: bool =
     return Contours(image, post, contours.region, contours.present, contours.mean_posterior)
 
 
-def contour_scan(scan: Image, model: OrganContourer, localizer=None, posterior: bool = True
-                 ) -> tuple[Contours, dict]:
+def contour_scan(scan: Image, model: OrganContourer, localizer=None, posterior: bool = True,
+                 boxes: tuple[np.ndarray, np.ndarray | None] | None = None) -> tuple[Contours, dict]:
     """Contours of a scan already read (on its grid) and the time each step took (s); without `posterior` the
-    per-organ posterior volumes are not kept (the JSON's mean posteriors are)."""
-    if localizer is None:
-        from imageforest.apps.localize.api import load_localizer
-
-        localizer = load_localizer()
+    per-organ posterior volumes are not kept (the JSON's mean posteriors are). `boxes`: the organs' boxes
+    (n_organs, 6) LPS mm in the model's order (NaN rows: absent) and their evidence (n_organs, 2) or None, given
+    instead of the localizer's (see `imageforest.apps.contour.boxes.read_boxes`)."""
     t0 = time.perf_counter()
     work = working_scan(model, scan)
-    boxes, evidence = localized(model, localizer, work)
+    if boxes is None:
+        if localizer is None:
+            from imageforest.apps.localize.api import load_localizer
+
+            localizer = load_localizer()
+        given, evidence = localized(model, localizer, work)
+    else:
+        given, evidence = boxes
     t1 = time.perf_counter()
-    contours = back_to_scan(model.contour(work, boxes, evidence), work, scan, posterior)
+    contours = back_to_scan(model.contour(work, given, evidence), work, scan, posterior)
     t2 = time.perf_counter()
-    return contours, {"localize": t1 - t0, "contour": t2 - t1}
+    return contours, {"localize" if boxes is None else "boxes": t1 - t0, "contour": t2 - t1}
 
 
 def contour_file(path: str | Path, model: OrganContourer, localizer=None, organs: list[str] | None = None,
-                 posterior: bool = True) -> tuple[dict, Contours, Image]:
+                 posterior: bool = True, boxes: str | Path | None = None) -> tuple[dict, Contours, Image]:
     """Read a scan, contour its organs and build the JSON document (`contour_json`); `posterior` as for
-    `contour_scan`."""
+    `contour_scan`. `boxes`: a boxes document (the JSON `imageforest localize` writes, as written or edited)
+    whose boxes are contoured instead of the localizer's; the document names it as "boxes"."""
+    from imageforest.apps.contour.boxes import read_boxes, snap_to_faces
+
     t0 = time.perf_counter()
+    given = None if boxes is None else read_boxes(boxes, model.organs, scan=path)
     scan = read_scan(path)
+    if given is not None:
+        given = (snap_to_faces(given[0], scan), given[1])
     t1 = time.perf_counter()
-    contours, timing = contour_scan(scan, model, localizer, posterior)
+    contours, timing = contour_scan(scan, model, localizer, posterior, given)
     timing = {"read": t1 - t0, **timing, "total": time.perf_counter() - t0}
     document = contour_json(contours, scan, str(path), model, timing, organs)
+    if boxes is not None:
+        document["boxes"] = str(boxes)
     document["warnings"] = scan_warnings(scan)
     emptied = [row["name"] for row in document["organs"]
                if not row["present"] and contours.present[model.organs.index(row["name"])]]
     if emptied:
-        document["warnings"].append(f"{', '.join(emptied)}: boxed by the localizer but given no voxels, judged absent "
+        source = "the localizer" if boxes is None else Path(boxes).name
+        document["warnings"].append(f"{', '.join(emptied)}: boxed by {source} but given no voxels, judged absent "
                                     f"(too few voxels for the box, or the absence check): review the field of view")
     if model.posterior_calibration is not None:  # raw shares over-state every organ
         doubtful = [f"{row['name']} ({row['mean_posterior']:.2f})" for row in document["organs"]

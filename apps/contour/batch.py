@@ -26,7 +26,8 @@ LABEL_SUFFIX = {"nifti": ".nii.gz", "dicom-seg": ".dcm", "rtstruct": ".dcm"}
 class ContourJob:
     """Contouring one scan with the contour model at `model_path` and the localizer at `localizer_path` (None:
     the shipped ones) on `threads` numba threads, writing `organs` (None: all) as `fmt` ("nifti", "dicom-seg",
-    "rtstruct"; `split`: one NIfTI mask per organ)."""
+    "rtstruct"; `split`: one NIfTI mask per organ). With `boxes_dir`, each scan's boxes come from
+    ``<boxes_dir>/<name>.json`` (a `localize` document) instead of the localizer."""
 
     model_path: str | None = None
     localizer_path: str | None = None
@@ -35,26 +36,33 @@ class ContourJob:
     split: bool = False
     fmt: str = "nifti"
     task_name: str = "contour"
+    boxes_dir: str | None = None
 
     def model_files(self) -> list[str]:
         from imageforest.apps.contour.api import DEFAULT_MODEL
         from imageforest.apps.localize.api import DEFAULT_MODEL as DEFAULT_LOCALIZER
 
+        if self.boxes_dir is not None:  # the boxes are given: no localizer is loaded
+            return [self.model_path or str(DEFAULT_MODEL)]
         return [self.model_path or str(DEFAULT_MODEL), self.localizer_path or str(DEFAULT_LOCALIZER)]
 
     def load(self):
         from imageforest.apps.contour.api import load_contourer
         from imageforest.apps.localize.api import load_localizer
 
-        model, localizer = load_contourer(self.model_path), load_localizer(self.localizer_path)
-        model.n_jobs = localizer.n_jobs = self.threads
+        model = load_contourer(self.model_path)
+        localizer = None if self.boxes_dir is not None else load_localizer(self.localizer_path)
+        model.n_jobs = self.threads
+        if localizer is not None:
+            localizer.n_jobs = self.threads
         return model, localizer
 
     def check(self, models) -> None:
         from imageforest.apps.contour.api import check_localizer, check_organs
 
         check_organs(models[0], list(self.organs) if self.organs else None)
-        check_localizer(*models)
+        if models[1] is not None:
+            check_localizer(*models)
 
     def run(self, models, item: BatchItem, timing: dict[str, float]) -> dict:
         from imageforest import __version__
@@ -66,7 +74,10 @@ class ContourJob:
             check_dicom_source(item.scan, self.fmt)
         model, localizer = models
         organs = list(self.organs) if self.organs else None
-        document, contours, scan = contour_file(item.scan, model, localizer, organs, item.probabilities is not None)
+        # the document is named as this scan's JSON output is (<name>.json), as `localize` named it
+        boxes = None if self.boxes_dir is None else Path(self.boxes_dir) / item.json.name
+        document, contours, scan = contour_file(item.scan, model, localizer, organs, item.probabilities is not None,
+                                                boxes)
         document["timing_s"].update(timing)
         where = ScanOutputs(item.json, item.out, item.probabilities, item.overlay, self.split, self.fmt)
         write_outputs(document, contours, scan, model.organs, organs, where, item.scan.name, __version__)
@@ -88,7 +99,8 @@ def plan_contour_batch(scans: list[Path], json_dir: Path, out: Path | None = Non
 
 def contour_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, client=None, *,
                  json: str | os.PathLike | None = None, model: str | os.PathLike | None = None,
-                 localizer: str | os.PathLike | None = None, organs: list[str] | None = None,
+                 localizer: str | os.PathLike | None = None, boxes: str | os.PathLike | None = None,
+                 organs: list[str] | None = None,
                  probabilities: str | os.PathLike | None = None, overlay: str | os.PathLike | None = None,
                  split: bool = False, fmt: str = "nifti", resume: bool = False, threads: int | None = None,
                  retries: int = 1, progress: Callable[[str], None] | None = None) -> dict:
@@ -103,6 +115,8 @@ def contour_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cli
     client : dask.distributed.Client or None (None: in this process, one scan after another)
     json : folder of the JSON documents and the report (None: `out`)
     model, localizer : model files (None: the shipped ones); a cluster's workers must see the same paths
+    boxes : a folder of boxes documents (``<stem>.json`` per scan, as `localize_many` writes them) contoured
+        instead of the localizer's boxes
     organs : organs to write and report (None: all the model knows)
     probabilities, overlay : folders for per-organ posteriors (``<stem>/<organ>.nii.gz``) and overlays
     split, fmt : one NIfTI mask per organ; or the label map's format ("nifti", "dicom-seg", "rtstruct")
@@ -116,6 +130,7 @@ def contour_many(paths: Iterable[str | os.PathLike], out: str | os.PathLike, cli
                                fmt)
     job = ContourJob(None if model is None else str(Path(model).resolve()),
                      None if localizer is None else str(Path(localizer).resolve()),
-                     tuple(organs) if organs else None, threads, split, fmt)
+                     tuple(organs) if organs else None, threads, split, fmt,
+                     boxes_dir=None if boxes is None else str(Path(boxes).absolute()))
     return run_batch(job, items, json_dir, client, resume=resume, retries=retries,
                      model_name=job.model_path or "default", progress=progress)

@@ -1,7 +1,7 @@
 """The contourer's commands, registered by the `imageforest` command on first use.
 
-    imageforest contour SCAN [SCAN ...] [-o OUT] [--model M] [--localizer L] [--organs NAME,...] [--json J]
-        [--probabilities DIR] [--split] [--format nifti|dicom-seg|rtstruct] [--overlay PNG] [--threads N]
+    imageforest contour SCAN [SCAN ...] [-o OUT] [--model M] [--localizer L | --boxes B] [--organs NAME,...]
+        [--json J] [--probabilities DIR] [--split] [--format nifti|dicom-seg|rtstruct] [--overlay PNG] [--threads N]
         [--workers N | --scheduler ADDR] [--resume]
     imageforest train-contour DATA_DIR -o MODEL.npz [--organs NAME,...] [--cases N] [--trees T] [--depth D]
 """
@@ -36,6 +36,9 @@ LABEL_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
               help="Contour model (.npz); default: the shipped head-and-neck model.")
 @click.option("--localizer", "localizer_path", type=click.Path(path_type=Path), default=None,
               help="Localizer model giving the organs' boxes; default: the shipped one.")
+@click.option("--boxes", "boxes", type=click.Path(path_type=Path), default=None,
+              help="Contour inside these boxes instead of the localizer's: the JSON `imageforest localize` wrote "
+                   "for the scan, as written or edited (a folder of <name>.json for several scans).")
 @click.option("--organs", default=None, help="Comma-separated organs to report and write (default: all).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None,
               help="JSON report: a file for one scan, a folder for several (default: stdout; in a batch: OUT).")
@@ -56,15 +59,15 @@ LABEL_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".mha")
               help="Contour on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (needs -o OUT, a folder).")
 @click.option("--resume", is_flag=True, help="Skip scans whose outputs are complete (needs -o OUT).")
 def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, localizer_path: Path | None,
-            organs: str | None, json_out: Path | None, probabilities: Path | None, split: bool, fmt: str,
-            overlay: Path | None, threads: int | None, workers: int | None, scheduler: str | None,
+            boxes: Path | None, organs: str | None, json_out: Path | None, probabilities: Path | None, split: bool,
+            fmt: str, overlay: Path | None, threads: int | None, workers: int | None, scheduler: str | None,
             resume: bool) -> None:
     """Contour organs in CT SCANs (NIfTI, NRRD, MHA or a DICOM folder): a label map and a JSON report per scan.
 
-    The localizer finds each organ's box; an entangled forest labels the voxels inside. An organ the localizer
-    calls absent gets no voxels. A SCAN may be @LIST (a file listing one scan per line) or a quoted glob. With
-    --workers, --scheduler or --resume the scans are a batch: each scan's outputs go to the folder OUT as it
-    finishes (JSON in --json or OUT), and batch_report.json beside the JSON reports every scan."""
+    The localizer finds each organ's box (or --boxes gives them); an entangled forest labels the voxels inside. An
+    organ the localizer calls absent gets no voxels. A SCAN may be @LIST (a file listing one scan per line) or a
+    quoted glob. With --workers, --scheduler or --resume the scans are a batch: each scan's outputs go to the
+    folder OUT as it finishes (JSON in --json or OUT), and batch_report.json beside the JSON reports every scan."""
     t_start = time.perf_counter()
     from imageforest.apps.contour.batch import LABEL_SUFFIX
     from imageforest.batches import expand_scan_arguments
@@ -79,14 +82,20 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         raise _fail(f"--split writes one NIfTI mask per organ; a {fmt} file holds every organ: drop one of them")
     if fmt != "nifti" and out is None:
         raise _fail(f"--format {fmt} describes the label map: give -o OUT")
+    if boxes is not None and localizer_path is not None:
+        raise _fail("--boxes replaces the localizer's boxes: give --boxes or --localizer, not both")
+    if boxes is not None and not boxes.exists():
+        raise _fail(f"--boxes: {boxes}: no such file or folder")
+    if boxes is not None and len(scan_list) > 1 and not boxes.is_dir():
+        raise _fail(f"--boxes: {boxes} is a file; for several scans give a folder of <name>.json")
     try:
         for scan in scan_list:
             check_dicom_source(scan, fmt)
     except ImageForestError as exc:
         raise _fail(str(exc)) from None
     if workers is not None or scheduler is not None or resume:
-        _contour_batch(scan_list, model_path, localizer_path, split_names(organs), out, json_out, probabilities,
-                       overlay, split, fmt, threads, workers, scheduler, resume)
+        _contour_batch(scan_list, model_path, localizer_path, boxes, split_names(organs), out, json_out,
+                       probabilities, overlay, split, fmt, threads, workers, scheduler, resume)
         return
     many = len(scan_list) > 1
     suffixes = LABEL_SUFFIXES if fmt == "nifti" else (".dcm",)
@@ -110,11 +119,14 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
         from imageforest.apps.localize.api import load_localizer
 
         model = load_contourer(model_path)
-        localizer = load_localizer(localizer_path)
+        localizer = None if boxes is not None else load_localizer(localizer_path)
         if threads is not None:
-            model.n_jobs = localizer.n_jobs = threads
+            model.n_jobs = threads
+            if localizer is not None:
+                localizer.n_jobs = threads
         wanted = check_organs(model, split_names(organs))
-        check_localizer(model, localizer)
+        if localizer is not None:
+            check_localizer(model, localizer)
     except (ImageForestError, OSError) as exc:
         raise _fail(str(exc)) from None
     from imageforest import __version__
@@ -124,7 +136,8 @@ def contour(scans: tuple[str, ...], out: Path | None, model_path: Path | None, l
     written: list[str] = []
 
     def work(k: int, scan: Path) -> dict:
-        document, contours, image = contour_file(scan, model, localizer, wanted, probabilities is not None)
+        given = None if boxes is None else boxes / f"{stems[k]}.json" if boxes.is_dir() else boxes
+        document, contours, image = contour_file(scan, model, localizer, wanted, probabilities is not None, given)
         if not written:  # the model's load time goes into the first document written
             document["timing_s"]["model_load"] = round(t_model, 4)
         where = ScanOutputs(plans["json"][k], plans["out"][k], plans["probabilities"][k], plans["overlay"][k],
@@ -148,7 +161,7 @@ def _folders(target: Path, stems: list[str], many: bool, what: str) -> list[Path
     return [target / stem for stem in stems] if many else [target]
 
 
-def _contour_batch(scans: list[Path], model_path: Path | None, localizer_path: Path | None,
+def _contour_batch(scans: list[Path], model_path: Path | None, localizer_path: Path | None, boxes: Path | None,
                    organs: list[str] | None, out: Path | None, json_out: Path | None, probabilities: Path | None,
                    overlay: Path | None, split: bool, fmt: str, threads: int | None, workers: int | None,
                    scheduler: str | None, resume: bool) -> None:
@@ -164,7 +177,11 @@ def _contour_batch(scans: list[Path], model_path: Path | None, localizer_path: P
     localizer = None if localizer_path is None else str(localizer_path.resolve())
     json_dir = absolute(json_out) or out.absolute()
     # Absolute paths: a remote worker runs in a folder of its own (the JSON's "scan" names the absolute path).
-    run_batch_command(lambda n: ContourJob(model, localizer, tuple(organs) if organs else None, n, split, fmt),
+    if boxes is not None and not boxes.is_dir():
+        raise _fail(f"--boxes: {boxes} is a file; a batch reads a folder of <name>.json")
+    boxes_dir = None if boxes is None else str(boxes.absolute())
+    run_batch_command(lambda n: ContourJob(model, localizer, tuple(organs) if organs else None, n, split, fmt,
+                                           boxes_dir=boxes_dir),
                       lambda: plan_contour_batch([s.absolute() for s in scans], json_dir, out.absolute(),
                                                  absolute(probabilities), absolute(overlay), split, fmt),
                       json_dir, workers=workers, scheduler=scheduler, threads=threads, resume=resume,
