@@ -2,8 +2,9 @@
 
 Everything it computes comes from `imageforest.apps.contour` (the same `contour_scan` the CLI runs): the widget
 turns the layer into a scan (its scale as the voxel spacing in mm, its translate as the origin; LPS axes, (z, y, x)
-data), runs the localizer and the contour forest on a worker thread, and adds the results as layers: "organs"
-(Labels, one named colour per organ) and "organ posterior" (Image, each voxel's largest organ posterior).
+data), runs the localizer (or reads boxes a reviewer corrected, a `localize` JSON) and the contour forest on a
+worker thread, and adds the results as layers: "organs" (Labels, one named colour per organ) and "organ posterior"
+(Image, each voxel's largest organ posterior).
 """
 
 from __future__ import annotations
@@ -39,12 +40,20 @@ def scan_from_layer(layer: ImageLayer):
     return Image(data, spacing, origin, np.eye(3), source=layer.name)
 
 
-def contour_layer(layer: ImageLayer, model_path: str | None = None):
-    """(organ names, Contours) of a layer, with the shipped models unless `model_path` names a contour model."""
+def contour_layer(layer: ImageLayer, model_path: str | None = None, boxes_path: str | None = None):
+    """(organ names, Contours) of a layer, with the shipped models unless `model_path` names a contour model;
+    inside the boxes of the document at `boxes_path` (as `imageforest contour --boxes` reads it) instead of the
+    localizer's when it is given."""
     from imageforest.apps.contour.api import contour_scan, load_contourer
+    from imageforest.apps.contour.boxes import read_boxes, snap_to_faces
 
     model = load_contourer(model_path)
-    contours, _ = contour_scan(scan_from_layer(layer), model)
+    scan = scan_from_layer(layer)
+    given = None
+    if boxes_path is not None:
+        boxes, evidence = read_boxes(boxes_path, model.organs)
+        given = (snap_to_faces(boxes, scan), evidence)
+    contours, _ = contour_scan(scan, model, boxes=given)
     return list(model.organs), contours
 
 
@@ -56,21 +65,26 @@ class ContourWidget(QWidget):
         self.viewer = napari_viewer
         self.worker = None
         self.model_path: str | None = None
+        self.boxes_path: str | None = None
         self.image_combo = QComboBox()
         self.contour_button = QPushButton("Contour organs")
         self.model_button = QPushButton("Use another contour model...")
+        self.boxes_button = QPushButton("Contour in boxes from a file...")
+        self.boxes_button.setToolTip("A JSON that imageforest localize wrote for this scan, as written or corrected; "
+                                     "cancel the dialog to go back to the localizer's boxes")
         self.status = QLabel("Pick a 3-D CT layer (scale = voxel size in mm) and press Contour organs.")
         self.status.setWordWrap(True)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
         layout = QVBoxLayout()
         for widget in (QLabel("CT image"), self.image_combo, self.contour_button, self.progress, self.status,
-                       self.model_button):
+                       self.model_button, self.boxes_button):
             layout.addWidget(widget)
         layout.addStretch()
         self.setLayout(layout)
         self.contour_button.clicked.connect(lambda: self.contour())
         self.model_button.clicked.connect(self._model_dialog)
+        self.boxes_button.clicked.connect(self._boxes_dialog)
         self.viewer.layers.events.inserted.connect(self._refresh)
         self.viewer.layers.events.removed.connect(self._refresh)
         self._refresh()
@@ -96,7 +110,7 @@ class ContourWidget(QWidget):
             return
         self.status.setText(f"Contouring {layer.name} ...")
         self.progress.setRange(0, 0)
-        self.worker = create_worker(contour_layer, layer, self.model_path, _start_thread=False,
+        self.worker = create_worker(contour_layer, layer, self.model_path, self.boxes_path, _start_thread=False,
                                     _connect={"returned": lambda got: self._show(layer, *got),
                                               "errored": self._error, "finished": self._done})
         self.worker.start()
@@ -135,3 +149,9 @@ class ContourWidget(QWidget):
         if path:
             self.model_path = path
             self.status.setText(f"Contour model: {path}")
+
+    def _boxes_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Organ boxes (imageforest localize JSON)", str(Path.home()),
+                                              "Boxes (*.json)")
+        self.boxes_path = path or None
+        self.status.setText(f"Boxes: {path}" if path else "Boxes: the localizer's")

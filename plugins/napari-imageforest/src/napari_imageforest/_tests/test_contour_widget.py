@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -62,3 +63,31 @@ def test_a_picture_is_refused_in_one_line(make_napari_viewer, qtbot, model_path)
     widget.contour(layer)
     qtbot.waitUntil(lambda: not widget.busy, timeout=60000)
     assert "3-D" in widget.status.text() and ORGANS_LAYER not in viewer.layers
+
+
+def test_contour_in_boxes_from_a_file_leaves_organs_marked_absent_empty(make_napari_viewer, qtbot, model_path,
+                                                                        tmp_path, monkeypatch):
+    from qtpy.QtWidgets import QFileDialog
+
+    viewer = make_napari_viewer()
+    ct, truth = head_neck_phantom(7, size=(64, 64, 56), spacing=SPACING)
+    layer = viewer.add_image(ct.array, name="ct", scale=SPACING[::-1])
+    boxes = OrganSlices.from_labels(truth, list(range(1, 8))).boxes()
+    document = {"organs": {name: {"present": False} for name in ORGANS}}
+    lo, hi = boxes[ORGANS.index("Mandible")][0::2], boxes[ORGANS.index("Mandible")][1::2]
+    document["organs"]["Mandible"] = {"present": True,
+                                      "box_mm": {a: [float(lo[i]), float(hi[i])] for i, a in enumerate("xyz")}}
+    path = tmp_path / "ct.json"
+    path.write_text(json.dumps(document))
+    widget = ContourWidget(viewer)
+    widget.model_path = model_path
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), "Boxes (*.json)"))
+    widget.boxes_button.click()  # as a user picks the file
+    assert widget.boxes_path == str(path) and "Boxes" in widget.status.text()
+    widget.contour(layer)
+    qtbot.waitUntil(lambda: not widget.busy and ORGANS_LAYER in viewer.layers, timeout=60000)
+    found = set(np.unique(viewer.layers[ORGANS_LAYER].data)) - {0}
+    assert found == {ORGANS.index("Mandible") + 1}
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: ("", ""))
+    widget.boxes_button.click()  # cancelled: back to the localizer's boxes
+    assert widget.boxes_path is None
