@@ -57,6 +57,17 @@ def fold_split(n_cases: int, folds: int = 5, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_cases) % folds
 
 
+def add_fold_model_arguments(ap) -> None:
+    """The arguments of a script that scores a fold's saved forest and localizer on that fold's first test scans:
+    DATA, --model, --localizer, --fold, --folds, --cases."""
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--model", type=Path, required=True, help="a fold's forest (cross_validate.py --save-models)")
+    ap.add_argument("--localizer", type=Path, required=True, help="a localizer trained on the same scans")
+    ap.add_argument("--fold", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--cases", type=int, default=12, help="the fold's first test scans scored")
+
+
 def with_recipe_settings(model):
     """`model` (an `OrganContourer`, e.g. a fold's saved forest) with the recipe's settings after the forest, as
     the shipped model has them; returned for chaining."""

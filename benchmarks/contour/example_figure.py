@@ -21,7 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.contour.cross_validate import AXIAL_ONLY, fold_split, with_recipe_settings
+from benchmarks.contour.cross_validate import (
+    AXIAL_ONLY,
+    add_fold_model_arguments,
+    fold_split,
+    with_recipe_settings,
+)
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.api import contour_scan, load_contourer
 from imageforest.apps.contour.overlay import write_overlay
@@ -33,12 +38,7 @@ from imageforest.imaging.io import read_image
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--localizer", type=Path, required=True)
-    ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--cases", type=int, default=12)
+    add_fold_model_arguments(ap)
     ap.add_argument("-o", "--out", type=Path, default=Path("apps/contour/docs/example.png"))
     args = ap.parse_args()
     cases, _ = openkbp_cases(args.data)

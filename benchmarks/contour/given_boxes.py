@@ -31,7 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks._figures import pyplot, save_png
-from benchmarks.contour.cross_validate import AXIAL_ONLY, fold_split, with_recipe_settings
+from benchmarks.contour.cross_validate import (
+    AXIAL_ONLY,
+    add_fold_model_arguments,
+    fold_split,
+    with_recipe_settings,
+)
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.api import contour_file, load_contourer
 from imageforest.apps.localize.api import load_localizer, localize_file
@@ -57,12 +62,7 @@ def boxes_document(document: dict, truth: np.ndarray, organs: list[str], correct
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", type=Path)
-    ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--localizer", type=Path, required=True)
-    ap.add_argument("--fold", type=int, default=0)
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--cases", type=int, default=12)
+    add_fold_model_arguments(ap)
     ap.add_argument("--correct", default="Larynx,Esophagus")
     ap.add_argument("--figure", type=Path, default=None, help="PNG of a typical larynx, before and after")
     args = ap.parse_args()
