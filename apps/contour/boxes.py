@@ -53,17 +53,23 @@ def read_boxes(path: str | Path, organs: list[str] | tuple[str, ...], scan: str 
         if output_stems([Path(scan)], SCAN_SUFFIXES) != output_stems([Path(document["scan"])], SCAN_SUFFIXES):
             raise InvalidInputError(f"--boxes: {path} holds the boxes of {Path(document['scan']).name}, not of "
                                     f"{Path(scan).name}")
-    entries = _by_name(document["organs"], path)
+    return boxes_from_document(document, organs, path)
+
+
+def boxes_from_document(document: dict, organs: list[str] | tuple[str, ...], source: str | Path = "the document"
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """`read_boxes` of a document already read (its "organs" entries); `source` names it in the messages."""
+    entries = _by_name(document["organs"], source)
     boxes = np.full((len(organs), 6), np.nan)
     evidence = np.full((len(organs), 2), np.nan)
     for k, name in enumerate(organs):
         if name not in entries:
-            raise InvalidInputError(f"--boxes: {path} gives no entry for {name} (the model contours "
+            raise InvalidInputError(f"--boxes: {source} gives no entry for {name} (the model contours "
                                     f"{', '.join(organs)}); mark an organ that is not there \"present\": false")
         entry = entries[name]
         if not entry.get("present", True):
             continue
-        boxes[k] = _box(entry.get("box_mm"), name, path)
+        boxes[k] = _box(entry.get("box_mm"), name, source)
         probability, spread = entry.get("probability"), entry.get("box_std_mm")
         if _number(probability) and 0.0 <= probability <= 1.0 and isinstance(spread, dict):
             walls = [v for axis in "xyz" for v in (spread.get(axis) or []) if _number(v)]
@@ -72,7 +78,7 @@ def read_boxes(path: str | Path, organs: list[str] | tuple[str, ...], scan: str 
     return boxes, evidence
 
 
-def _by_name(organs, path: Path) -> dict[str, dict]:
+def _by_name(organs, path: str | Path) -> dict[str, dict]:
     """{name: entry} from `localize`'s mapping or from a list of entries with a "name" (the contour JSON's)."""
     if isinstance(organs, dict) and all(isinstance(v, dict) for v in organs.values()):
         return organs
@@ -81,7 +87,7 @@ def _by_name(organs, path: Path) -> dict[str, dict]:
     raise InvalidInputError(f"--boxes: {path}: \"organs\" must map each organ's name to its entry")
 
 
-def _box(box, name: str, path: Path) -> np.ndarray:
+def _box(box, name: str, path: str | Path) -> np.ndarray:
     """(6,) walls from {"x": [lo, hi], "y": [lo, hi], "z": [lo, hi]}."""
     try:
         walls = [box[axis][i] for axis in "xyz" for i in (0, 1)]

@@ -39,6 +39,7 @@ from benchmarks.contour.cross_validate import (
 )
 from benchmarks.contour.scores import organ_scores
 from imageforest.apps.contour.api import contour_file, load_contourer
+from imageforest.apps.contour.boxes import boxes_from_document
 from imageforest.apps.localize.api import load_localizer, localize_file
 from imageforest.imaging.ct import read_scan
 from imageforest.imaging.ct_organs import openkbp_cases
@@ -103,7 +104,7 @@ def main() -> None:
             gain = dice[runs[2]][-1][larynx] - dice["localizer"][-1][larynx]
             if np.isfinite(gain) and located["organs"]["Larynx"]["present"]:
                 drawn.append((float(gain), case, labels["localizer"] == larynx + 1, labels[runs[2]] == larynx + 1,
-                              _box(located["organs"]["Larynx"]), truth_boxes[larynx],
+                              boxes_from_document(located, organs)[0][larynx], truth_boxes[larynx],
                               float(dice["localizer"][-1][larynx]), float(dice[runs[2]][-1][larynx])))
             print(f"{case.name}: " + " | ".join(f"{r} {np.nanmean(dice[r][-1]):.3f}" for r in runs), flush=True)
     print(f"\n{len(test)} scans of fold {args.fold}; labels from the localizer's own document identical to the "
@@ -117,10 +118,6 @@ def main() -> None:
         drawn.sort(key=lambda row: row[0])
         figure(drawn[len(drawn) // 2], args.figure, larynx + 1)
         print(f"wrote {args.figure}: {drawn[len(drawn) // 2][1].name}, the median larynx gain of {len(drawn)} scans")
-
-
-def _box(entry: dict) -> np.ndarray:
-    return np.array([v for axis in "xyz" for v in entry["box_mm"][axis]], dtype=np.float64)
 
 
 def figure(row: tuple, out: Path, label: int) -> None:
