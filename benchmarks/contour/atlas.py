@@ -1,17 +1,9 @@
 """The multi-atlas peer: register training scans (atlases) to the test scan with SimpleITK, warp their label maps
 and take the majority vote per voxel (background when no organ wins a majority over it).
 
-Each atlas is aligned in three steps, as head-and-neck atlas segmentation does it (Han et al., "Atlas-based
-auto-segmentation of head and neck CT images", MICCAI 2008; Iglesias & Sabuncu, "Multi-atlas segmentation of
-biomedical images: a survey", 2015):
-
-1. rigid, on the bodies (CT above -250 HU), correlation of the CT clipped to soft tissue and bone;
-2. affine, measured only near the organs (the atlas's organs after step 1, dilated by `roi_mm`): head-and-neck
-   scans differ most in how far they reach into the chest and the skull, and a whole-scan affine spends its
-   freedom matching those ends instead of the neck;
-3. deformable: fast symmetric-forces demons (Vercauteren et al., 2007) over two resolutions, the atlas's
-   intensities matched to the scan's histogram first.
-
+Each atlas is aligned affinely near its organs (`benchmarks/atlas_registration.py`), then deformably: fast
+symmetric-forces demons (Vercauteren et al., "Non-parametric diffeomorphic image registration with the demons
+algorithm", MICCAI 2007) over two resolutions, the atlas's intensities matched to the scan's histogram first.
 `n_candidates` atlases are aligned affinely and the `n_atlases` whose CT correlates best with the scan near the
 organs go on to the deformable step and the vote (atlas selection).
 """
@@ -21,18 +13,8 @@ from __future__ import annotations
 import numpy as np
 import SimpleITK as sitk
 
+from benchmarks.atlas_registration import CLIP_HU, align_affine, clipped_ct
 from imageforest.imaging.io import Image
-
-BODY_HU = -250.0  # the body mask's threshold: above air, lung and the challenge's masked -1024
-CLIP_HU = (-300.0, 1200.0)  # soft tissue to bone: air inside and outside the body count alike
-
-
-def _sitk(image: Image) -> sitk.Image:
-    return sitk.Cast(image.to_sitk(), sitk.sitkFloat32)
-
-
-def _clip(image: sitk.Image) -> sitk.Image:
-    return sitk.Clamp(image, sitk.sitkFloat32, *CLIP_HU)
 
 
 class MultiAtlasSegmentation:
@@ -43,7 +25,7 @@ class MultiAtlasSegmentation:
     n_atlases : atlases that vote
     n_candidates : atlases aligned affinely, of which the `n_atlases` most similar to the scan vote (the
         training scans with the most organs contoured first)
-    roi_mm : how far around the atlas's organs the affine step is measured (mm)
+    roi_mm : how far around the atlas's organs the affine step is measured (mm along the scan's finest axis)
     demons_iterations : iterations per resolution of the deformable step (0: affine only)
     demons_sigma : smoothing of the displacement field (voxels)
     """
@@ -66,41 +48,8 @@ class MultiAtlasSegmentation:
             lab = sitk.GetImageFromArray(np.asarray(label_maps[i], dtype=np.uint8))
             lab.CopyInformation(scans[i].to_sitk())
             contoured = np.bincount(np.ravel(label_maps[i]), minlength=self.n_labels_)[: self.n_labels_] > 0
-            self.atlases_.append((_clip(_sitk(scans[i])), lab, contoured))
+            self.atlases_.append((clipped_ct(scans[i]), lab, contoured))
         return self
-
-    def _method(self, mask: sitk.Image) -> sitk.ImageRegistrationMethod:
-        reg = sitk.ImageRegistrationMethod()
-        reg.SetMetricAsCorrelation()
-        reg.SetMetricSamplingStrategy(reg.RANDOM)
-        reg.SetMetricSamplingPercentage(0.2, seed=self.seed)
-        reg.SetMetricFixedMask(mask)
-        reg.SetInterpolator(sitk.sitkLinear)
-        reg.SetShrinkFactorsPerLevel([4, 2, 1])
-        reg.SetSmoothingSigmasPerLevel([2.0, 1.0, 0.0])
-        reg.SmoothingSigmasAreSpecifiedInPhysicalUnitsOff()
-        reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3, numberOfIterations=200)
-        reg.SetOptimizerScalesFromPhysicalShift()
-        return reg
-
-    def _affine(self, fixed: sitk.Image, body: sitk.Image, moving: sitk.Image,
-                labels: sitk.Image) -> tuple[sitk.AffineTransform, sitk.Image]:
-        """The atlas's affine alignment to the scan and the region it was measured over."""
-        init = sitk.CenteredTransformInitializer(fixed, moving, sitk.Euler3DTransform(),
-                                                 sitk.CenteredTransformInitializerFilter.MOMENTS)
-        reg = self._method(body)
-        reg.SetInitialTransform(init, inPlace=False)
-        rigid = sitk.Euler3DTransform(reg.Execute(fixed, moving).GetNthTransform(0))
-        affine = sitk.AffineTransform(3)
-        affine.SetCenter(rigid.GetCenter())
-        affine.SetMatrix(rigid.GetMatrix())
-        affine.SetTranslation(rigid.GetTranslation())
-        organs = sitk.Resample(labels, fixed, affine, sitk.sitkNearestNeighbor, 0, sitk.sitkUInt8) > 0
-        radius = [max(1, round(self.roi_mm / s)) for s in fixed.GetSpacing()]
-        roi = sitk.Cast(sitk.BinaryDilate(organs, radius) & body, sitk.sitkUInt8)
-        reg = self._method(roi)
-        reg.SetInitialTransform(affine, inPlace=True)
-        return sitk.AffineTransform(reg.Execute(fixed, moving)), roi
 
     def _demons(self, fixed: sitk.Image, moving: sitk.Image) -> sitk.Transform:
         """Displacement field taking the scan's grid into the (affinely aligned) atlas, coarse to fine."""
@@ -127,17 +76,11 @@ class MultiAtlasSegmentation:
 
     def predict(self, scan: Image) -> np.ndarray:
         """Label map (z, y, x) uint8 on the scan's grid."""
-        fixed = _clip(_sitk(scan))
-        body = sitk.Cast(fixed > BODY_HU, sitk.sitkUInt8)
+        fixed = clipped_ct(scan)
         aligned = []
         for moving, labels, contoured in self.atlases_:
-            affine, roi = self._affine(fixed, body, moving, labels)
-            warped = sitk.Resample(moving, fixed, affine, sitk.sitkLinear, CLIP_HU[0])
-            inside = sitk.GetArrayViewFromImage(roi) > 0
-            a = sitk.GetArrayViewFromImage(fixed)[inside]
-            b = sitk.GetArrayViewFromImage(warped)[inside]
-            similarity = float(np.corrcoef(a, b)[0, 1]) if a.size > 1 else -1.0
-            aligned.append((similarity, warped,
+            affine, similarity = align_affine(fixed, moving, labels > 0, self.roi_mm, self.seed)
+            aligned.append((similarity, sitk.Resample(moving, fixed, affine, sitk.sitkLinear, CLIP_HU[0]),
                             sitk.Resample(labels, fixed, affine, sitk.sitkNearestNeighbor, 0, sitk.sitkUInt8),
                             contoured))
         aligned.sort(key=lambda t: -t[0])

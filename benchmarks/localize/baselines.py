@@ -2,9 +2,9 @@
 
 - `BodyRelativeMeanBox`: each organ's population mean box, in coordinates relative to the body's bounding box
   (0 at the body's lower face, 1 at its upper face, per axis), placed in the test scan's body box.
-- `MultiAtlasAffine`: k atlases (training scans with their boxes) registered to the test scan by an affine
-  transform (SimpleITK, Mattes mutual information, two resolution levels); each atlas's box corners are mapped
-  into the test scan and the per-wall median over the atlases is the answer.
+- `MultiAtlasAffine`: atlases (training scans with their boxes) aligned to the test scan by a rigid then an
+  affine transform measured near the atlas's boxes (`benchmarks/atlas_registration.py`); the k that agree best
+  with the scan there map their box corners into it, and the per-wall median over them is the answer.
 - `ExtraTreesVoting`: the quick regression-voting prototype a user would write first: per organ, scikit-learn's
   ExtraTreesRegressor on a fixed set of random displaced-box means (mm, on the 4 mm working grid's integral image)
   regresses every body voxel's displacements to the organ's six walls; a scan's box is the per-wall median of all
@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import SimpleITK as sitk
 
+from benchmarks.atlas_registration import align_affine, clipped_ct
 from imageforest.apps.localize.snapping import voxel_box
 from imageforest.imaging.ct import AIR_HU, body_edges, body_mask, voxel_positions, working_image
 from imageforest.imaging.ct_organs import WALL_AXIS
@@ -57,48 +58,49 @@ class BodyRelativeMeanBox:
         return np.array([voxel_box(scan, b) for b in boxes]), self.present_.copy()
 
 
-def _as_sitk(work: Image) -> sitk.Image:
-    img = work.to_sitk()
-    return sitk.Cast(img, sitk.sitkFloat32)
-
-
 class MultiAtlasAffine:
-    """Affine registration of k atlases to the test scan; per-wall median of the mapped atlas boxes."""
+    """Affine alignment of atlases to the test scan; per-wall median of the k best-aligned atlases' boxes.
 
-    def __init__(self, n_atlases: int = 5, spacing_mm: float = 4.0, iterations: int = 100, seed: int = 0) -> None:
+    Parameters
+    ----------
+    n_atlases : atlases whose boxes are pooled
+    n_candidates : atlases aligned, of which the `n_atlases` most similar to the scan near their boxes are pooled
+        (the training scans with the most organs contoured first)
+    spacing_mm : the working grid the images are aligned on (mm)
+    """
+
+    def __init__(self, n_atlases: int = 5, n_candidates: int = 10, spacing_mm: float = 4.0, seed: int = 0) -> None:
         self.n_atlases = n_atlases
+        self.n_candidates = n_candidates
         self.spacing_mm = spacing_mm
-        self.iterations = iterations
         self.seed = seed
 
     def fit(self, scans: list[Image], boxes: list[np.ndarray]) -> MultiAtlasAffine:
-        """Keep the k scans with the most organs contoured as atlases."""
+        """Keep the scans with the most organs contoured as atlases, each with a mask of its boxes."""
         n_present = np.array([np.sum(~np.isnan(b[:, 0])) for b in boxes])
-        order = np.argsort(-n_present, kind="stable")[: self.n_atlases]
-        self.atlases_ = [(_as_sitk(working_image(scans[i], self.spacing_mm)), boxes[i]) for i in order]
+        order = np.argsort(-n_present, kind="stable")[: max(self.n_candidates, self.n_atlases)]
+        self.atlases_ = []
+        for i in order:
+            work = working_image(scans[i], self.spacing_mm)
+            inside = np.zeros(work.array.shape, dtype=bool)
+            index = np.indices(work.array.shape).reshape(3, -1).T
+            centres = voxel_positions(work, index).reshape(*work.array.shape, 3)  # mm, (x, y, z) per voxel
+            for b in boxes[i][~np.isnan(boxes[i][:, 0])]:
+                inside |= np.all((centres >= b[0::2]) & (centres <= b[1::2]), axis=-1)
+            roi = sitk.GetImageFromArray(inside.astype(np.uint8))
+            roi.CopyInformation(work.to_sitk())
+            self.atlases_.append((clipped_ct(work), roi, boxes[i]))
         return self
 
-    def _register(self, fixed: sitk.Image, moving: sitk.Image) -> sitk.Transform:
-        init = sitk.CenteredTransformInitializer(fixed, moving, sitk.AffineTransform(3),
-                                                 sitk.CenteredTransformInitializerFilter.MOMENTS)
-        reg = sitk.ImageRegistrationMethod()
-        reg.SetMetricAsMattesMutualInformation(numberOfHistogramBins=32)
-        reg.SetMetricSamplingStrategy(reg.RANDOM)
-        reg.SetMetricSamplingPercentage(0.1, seed=self.seed)
-        reg.SetInterpolator(sitk.sitkLinear)
-        reg.SetOptimizerAsRegularStepGradientDescent(learningRate=1.0, minStep=1e-3,
-                                                     numberOfIterations=self.iterations)
-        reg.SetOptimizerScalesFromPhysicalShift()
-        reg.SetShrinkFactorsPerLevel([2, 1])
-        reg.SetSmoothingSigmasPerLevel([1.0, 0.0])
-        reg.SetInitialTransform(init, inPlace=False)
-        return reg.Execute(fixed, moving)
-
     def predict(self, scan: Image) -> tuple[np.ndarray, np.ndarray]:
-        fixed = _as_sitk(working_image(scan, self.spacing_mm))
+        fixed = clipped_ct(working_image(scan, self.spacing_mm))
+        aligned = []
+        for moving, roi, boxes in self.atlases_:
+            transform, similarity = align_affine(fixed, moving, roi, seed=self.seed)
+            aligned.append((similarity, transform, boxes))
+        aligned.sort(key=lambda t: -t[0])
         mapped = []
-        for moving, boxes in self.atlases_:
-            transform = self._register(fixed, moving)
+        for _, transform, boxes in aligned[: self.n_atlases]:
             inverse = transform.GetInverse()  # the registration maps fixed points to moving points
             out = np.full((boxes.shape[0], 6), np.nan)
             for k, b in enumerate(boxes):
