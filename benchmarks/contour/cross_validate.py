@@ -10,9 +10,9 @@ Methods (each fold trains on the other folds' scans, at most `--train-cases` of 
 - entangled: the same with entangled stages at depths 8 and 12 (later tests also read the posterior maps);
 - entangled-ct: entangled stages without the atlas as context (the posteriors are the only context);
 - plain: no context at all, the CT's boxes alone (same trees, depth, points, candidates, atlas weighting);
-- atlas: multi-atlas segmentation with SimpleITK, 5 training atlases registered (affine, then a B-spline) to the
-  scan, majority vote of the warped label maps (`atlas.py`), on the first `--atlas-cases` test scans of a fold
-  (minutes per scan).
+- atlas: multi-atlas segmentation with SimpleITK, 5 of 10 training atlases (those that agree best with the scan
+  after an affine alignment near their organs) warped on by demons, a majority vote per organ of the warped label
+  maps (`atlas.py`), on the first `--atlas-cases` test scans of a fold (a minute or two per scan).
 
 The forests contour inside the boxes given by `--boxes`: the shipped localizer's (which was trained on all 203
 scans, so its boxes are better than on unseen scans), a localizer trained on the fold's training scans alone (the

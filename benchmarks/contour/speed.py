@@ -66,7 +66,7 @@ def main() -> None:
                                               [np.asarray(read_image(c.labels).array) for c in atlases])
         t0 = time.perf_counter()
         model.predict(scan)
-        print(f"multi-atlas (5 atlases, affine + B-spline): {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"multi-atlas (5 of 10 atlases, affine + demons): {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
