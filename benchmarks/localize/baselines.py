@@ -22,7 +22,7 @@ import SimpleITK as sitk
 from benchmarks.atlas_registration import align_affine, clipped_ct
 from imageforest.apps.localize.snapping import voxel_box
 from imageforest.imaging.ct import AIR_HU, body_edges, body_mask, voxel_positions, working_image
-from imageforest.imaging.ct_organs import WALL_AXIS
+from imageforest.imaging.ct_organs import WALL_AXIS, box_to_index
 from imageforest.imaging.features import BoxFeatures, ImageStack
 from imageforest.imaging.io import Image
 
@@ -82,12 +82,11 @@ class MultiAtlasAffine:
         self.atlases_ = []
         for i in order:
             work = working_image(scans[i], self.spacing_mm)
-            inside = np.zeros(work.array.shape, dtype=bool)
-            index = np.indices(work.array.shape).reshape(3, -1).T
-            centres = voxel_positions(work, index).reshape(*work.array.shape, 3)  # mm, (x, y, z) per voxel
+            inside = np.zeros(work.array.shape, dtype=np.uint8)
             for b in boxes[i][~np.isnan(boxes[i][:, 0])]:
-                inside |= np.all((centres >= b[0::2]) & (centres <= b[1::2]), axis=-1)
-            roi = sitk.GetImageFromArray(inside.astype(np.uint8))
+                lo, hi = box_to_index(work, b)
+                inside[lo[2]:hi[2] + 1, lo[1]:hi[1] + 1, lo[0]:hi[0] + 1] = 1
+            roi = sitk.GetImageFromArray(inside)
             roi.CopyInformation(work.to_sitk())
             self.atlases_.append((clipped_ct(work), roi, boxes[i]))
         return self

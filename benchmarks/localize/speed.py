@@ -30,7 +30,7 @@ from benchmarks.localize.baselines import MultiAtlasAffine
 from imageforest.apps.localize.api import load_localizer
 from imageforest.apps.localize.phantom import head_neck_phantom
 from imageforest.imaging.ct import read_scan
-from imageforest.imaging.ct_organs import index_box_to_mm
+from imageforest.imaging.ct_organs import OrganSlices
 from imageforest.imaging.io import Image, write_image
 
 
@@ -69,11 +69,7 @@ def main() -> None:
         big_version(read_scan(small), big)
         model = load_localizer()
         ct, labels = head_neck_phantom(7)
-        boxes = np.full((7, 6), np.nan)
-        for k in range(7):
-            zyx = np.argwhere(labels.array == k + 1)
-            if zyx.size:
-                boxes[k] = index_box_to_mm(ct, zyx.min(axis=0)[::-1], zyx.max(axis=0)[::-1])
+        boxes = OrganSlices.from_labels(labels, list(range(1, 8))).boxes()
         atlas = MultiAtlasAffine(n_atlases=1, n_candidates=1).fit([ct], [boxes])
         print(f"{'scan':<22}{'read+localize (s)':>18}{'peak MiB':>10}{'1 affine registration (s)':>28}")
         for name, path in (("128^3-like " + small.name[:10], small), ("512x512x300", big)):
